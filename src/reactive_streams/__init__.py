@@ -1,0 +1,26 @@
+"""Reactive Streams for Python: asynchronous streams with non-blocking backpressure.
+
+The four interfaces of the specification (``Publisher``, ``Subscriber``, ``Subscription``,
+``Processor``), reference implementations built on one signalling core, and helpers.
+This package never imports pyspark.
+"""
+
+from .api import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
+from .processors import MapProcessor
+from .publishers import AsyncIterablePublisher, IterablePublisher, RangePublisher
+from .subscribers import AsyncSubscriber, SyncSubscriber, collect
+
+__all__ = [
+    "UNBOUNDED",
+    "AsyncIterablePublisher",
+    "AsyncSubscriber",
+    "IterablePublisher",
+    "MapProcessor",
+    "Processor",
+    "Publisher",
+    "RangePublisher",
+    "Subscriber",
+    "Subscription",
+    "SyncSubscriber",
+    "collect",
+]

@@ -1,0 +1,190 @@
+"""Reference processor: map elements through a function, with a bounded buffer."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from .api import Processor, Subscriber, Subscription
+from .signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+
+__all__ = ["MapProcessor"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class MapProcessor(Processor[T, R], Generic[T, R]):
+    """Applies ``fn`` to each element and multicasts the results to its subscribers.
+
+    Upstream demand is bounded by the buffer: the processor requests from upstream only
+    while the slowest subscriber's backlog plus the outstanding upstream demand leaves
+    room in ``buffer_size``, refilling when half of it is free. Nothing is requested before
+    the first subscriber arrives. A subscriber that joins later starts at the next
+    element that arrives from upstream.
+
+    Errors are propagated (§4.2): an upstream ``on_error``, or an exception raised by
+    ``fn`` (which also cancels upstream), reaches every subscriber after the elements it
+    had already requested. Completion reaches each subscriber after its backlog. When the
+    last subscriber cancels, the processor cancels upstream; a subscriber arriving after
+    that gets ``on_error``.
+
+    Parameters
+    ----------
+    fn : callable
+        Maps one element; must not return ``None`` (§2.13).
+    buffer_size : int
+        Largest number of elements held for any one subscriber, ``>= 1``.
+
+    Examples
+    --------
+    >>> from reactive_streams import MapProcessor, RangePublisher, collect
+    >>> doubled = MapProcessor(lambda x: 2 * x, buffer_size=4)
+    >>> RangePublisher(0, 5).subscribe(doubled)
+    >>> collect(doubled, timeout=5)
+    [0, 2, 4, 6, 8]
+    """
+
+    def __init__(self, fn: Callable[[T], R], buffer_size: int = 256) -> None:
+        if not callable(fn):
+            raise TypeError(f"MapProcessor: fn must be callable, got {type(fn).__name__}")
+        if type(buffer_size) is not int or buffer_size < 1:
+            raise ValueError(f"MapProcessor: buffer_size must be an int >= 1, got {buffer_size!r}")
+        self._fn = fn
+        self.buffer_size = buffer_size
+        self._lock = threading.Lock()
+        self._upstream: Subscription | None = None
+        self._outlets: list[_Outlet[R]] = []
+        self._requested = 0  # upstream demand not yet answered
+        self._terminal: Terminal | None = None
+
+    # -- introspection ---------------------------------------------------------------------
+
+    @property
+    def buffered(self) -> int:
+        """The largest backlog held for one subscriber."""
+        with self._lock:
+            return max((len(o.queue) for o in self._outlets), default=0)
+
+    @property
+    def upstream_demand(self) -> int:
+        """Requested from upstream and not yet received."""
+        return self._requested
+
+    # -- Subscriber side: signals from upstream, serial (§1.3) -----------------------------
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        require_not_none(subscription, "on_subscribe's subscription", "§2.13")
+        with self._lock:
+            refuse = self._upstream is not None or self._terminal is not None
+            if not refuse:
+                self._upstream = subscription
+        if refuse:
+            subscription.cancel()  # §2.5: a second subscription is cancelled
+            return
+        self._replenish()
+
+    def on_next(self, element: T) -> None:
+        require_not_none(element, "on_next's element", "§2.13")
+        try:
+            mapped = self._fn(element)
+            if mapped is None:
+                raise TypeError(f"§2.13: MapProcessor's fn returned None for {element!r}; "
+                                "elements must not be None")
+        except Exception as exc:
+            self._finish(exc, cancel_upstream=True)
+            return
+        with self._lock:
+            self._requested -= 1
+            outlets = tuple(self._outlets)
+            for outlet in outlets:
+                outlet.queue.append(mapped)
+        for outlet in outlets:
+            outlet.emitter.signal()
+
+    def on_error(self, error: BaseException) -> None:
+        require_not_none(error, "on_error's error", "§2.13")
+        self._finish(error, cancel_upstream=False)  # §4.2: propagate
+
+    def on_complete(self) -> None:
+        self._finish(COMPLETE, cancel_upstream=False)
+
+    # -- Publisher side ------------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Subscriber[R]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        outlet = _Outlet(self)
+        outlet.emitter = Emitter(subscriber, outlet)
+        with self._lock:
+            self._outlets.append(outlet)
+        outlet.emitter.start()
+        self._replenish()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _finish(self, terminal: Terminal, cancel_upstream: bool) -> None:
+        with self._lock:
+            if self._terminal is not None:
+                return
+            self._terminal = terminal
+            upstream, self._upstream = self._upstream, None
+            outlets = tuple(self._outlets)
+        if cancel_upstream and upstream is not None:
+            upstream.cancel()
+        for outlet in outlets:
+            outlet.emitter.signal()
+
+    def _replenish(self) -> None:
+        with self._lock:
+            upstream = self._upstream
+            if upstream is None or self._terminal is not None or not self._outlets:
+                return
+            backlog = max(len(o.queue) for o in self._outlets)
+            room = self.buffer_size - backlog - self._requested
+            if room < max(1, self.buffer_size // 2):
+                return
+            self._requested += room
+        upstream.request(room)
+
+    def _take(self, outlet: _Outlet[R], n: int) -> tuple[Sequence[R], Terminal | None]:
+        with self._lock:
+            queue = outlet.queue
+            taken = [queue.popleft() for _ in range(min(n, len(queue)))]
+            terminal = self._terminal
+            if terminal is COMPLETE and queue:
+                terminal = None  # complete only after the backlog
+        if taken:
+            self._replenish()
+        return taken, terminal
+
+    def _remove(self, outlet: _Outlet[R]) -> None:
+        with self._lock:
+            self._outlets.remove(outlet)
+            last = not self._outlets and self._terminal is None
+            upstream = self._upstream if last else None
+            if last:
+                self._upstream = None
+                self._terminal = RuntimeError(
+                    "MapProcessor: upstream was cancelled when its last subscriber left")
+        if upstream is not None:
+            upstream.cancel()
+        elif not last:
+            self._replenish()  # the slowest subscriber may have been this one
+
+
+class _Outlet(Source[R], Generic[R]):
+    """One subscriber's backlog, drained by its own emitter."""
+
+    emitter: Emitter[R]
+
+    def __init__(self, processor: MapProcessor[object, R]) -> None:
+        self.processor = processor
+        self.queue: collections.deque[R] = collections.deque()
+
+    def pull(self, n: int) -> tuple[Sequence[R], Terminal | None]:
+        return self.processor._take(self, n)
+
+    def close(self) -> None:
+        self.processor._remove(self)

@@ -1,0 +1,293 @@
+"""Reference publishers: a synchronous range, an iterable on a thread pool, and an async
+iterable on an event loop. Each is only a :class:`~reactive_streams.signalling.Source`;
+the shared :class:`~reactive_streams.signalling.Emitter` does the signalling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor
+from itertools import islice
+from typing import Any, Generic, TypeVar, Union
+
+from .api import Publisher, Subscriber
+from .runners import LoopRunner, Runner, ThreadRunner
+from .signalling import COMPLETE, Emitter, Source, Terminal, first_none, require_not_none
+
+__all__ = ["AsyncIterablePublisher", "IterablePublisher", "RangePublisher"]
+
+T = TypeVar("T")
+
+
+class RangePublisher(Publisher[int]):
+    """Publishes ``start, start + 1, ..., start + count - 1`` to each subscriber.
+
+    Synchronous and cold: every subscriber gets its own subscription over the whole
+    range, and elements are signalled on the thread that calls ``request`` (a ``request``
+    from inside ``on_next`` takes another turn of the same loop: bounded depth, §3.3).
+    ``on_complete`` follows the last element without waiting for more demand.
+
+    Parameters
+    ----------
+    start : int
+        First element.
+    count : int
+        Number of elements, ``>= 0``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        When ``start`` or ``count`` is not an int, or ``count`` is negative.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher, collect
+    >>> collect(RangePublisher(5, 3))
+    [5, 6, 7]
+    """
+
+    def __init__(self, start: int, count: int) -> None:
+        for name, value in (("start", start), ("count", count)):
+            if type(value) is not int:
+                raise TypeError(f"RangePublisher: {name} must be an int, got {value!r}")
+        if count < 0:
+            raise ValueError(f"RangePublisher: count must be >= 0, got {count}")
+        self.start = start
+        self.count = count
+
+    def subscribe(self, subscriber: Subscriber[int]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        Emitter(subscriber, _RangeSource(self.start, self.start + self.count)).start()
+
+    def __repr__(self) -> str:
+        return f"RangePublisher(start={self.start}, count={self.count})"
+
+
+class _RangeSource(Source[int]):
+    def __init__(self, start: int, stop: int) -> None:
+        self.next = start
+        self.stop = stop
+
+    def pull(self, n: int) -> tuple[Sequence[int], Terminal | None]:
+        low = self.next
+        high = min(low + n, self.stop)
+        self.next = high
+        return range(low, high), (COMPLETE if high == self.stop else None)
+
+
+IterableOrFactory = Union[Iterable[T], Callable[[], Iterable[T]]]
+
+
+class IterablePublisher(Publisher[T], Generic[T]):
+    """Publishes the elements of an iterable, asynchronously, from an executor.
+
+    Signals are sent from executor threads, never from the thread calling ``request``.
+    Elements are taken from the iterator only against demand, at most
+    :data:`~reactive_streams.signalling.CHUNK` at a time, so a blocking or endless
+    iterator is fine. An exception raised by the iterator (or by calling the factory)
+    becomes ``on_error``; ``None`` from the iterator becomes ``on_error(TypeError)``
+    (§2.13). On cancel, a generator is closed.
+
+    Parameters
+    ----------
+    iterable_or_factory : iterable or callable returning an iterable
+        A factory or a re-iterable (list, range, ...) gives every subscriber the whole
+        sequence. A one-shot iterator (a generator, say) can serve one subscriber: later
+        ones get ``on_error(RuntimeError)``.
+    executor : concurrent.futures.Executor, optional
+        Where to run. If omitted the publisher starts its own pool with its first live
+        subscription and shuts it down when the last one ends.
+
+    Examples
+    --------
+    >>> from reactive_streams import IterablePublisher, collect
+    >>> collect(IterablePublisher(lambda: (x * x for x in range(4))), timeout=5)
+    [0, 1, 4, 9]
+    """
+
+    def __init__(self, iterable_or_factory: IterableOrFactory[T],
+                 executor: Executor | None = None) -> None:
+        require_not_none(iterable_or_factory, "iterable_or_factory", "IterablePublisher")
+        self._make: Callable[[], Iterable[T]] = _factory(
+            iterable_or_factory, Iterable, lambda it: iter(it) is it, "IterablePublisher")
+        self._runner: Runner = ThreadRunner(executor, name="iterable-publisher")
+
+    def subscribe(self, subscriber: Subscriber[T]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        dispatch = self._runner.acquire()
+        Emitter(subscriber, _IteratorSource(self._make, self._runner), dispatch).start()
+
+
+class _IteratorSource(Source[T]):
+    def __init__(self, make: Callable[[], Iterable[T]], runner: Runner) -> None:
+        self._make: Callable[[], Iterable[T]] | None = make
+        self._iterator: Iterator[T] | None = None
+        self._runner = runner
+
+    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+        if self._iterator is None:
+            assert self._make is not None
+            self._iterator = iter(self._make())  # may raise: the stream fails
+            self._make = None
+        if n == 0:
+            return (), None
+        elements: list[T] = []
+        try:
+            # extend() keeps the elements that arrived before the iterator raised.
+            elements.extend(islice(self._iterator, n))
+        except Exception as exc:
+            return _checked(elements, exc)
+        return _checked(elements, COMPLETE if len(elements) < n else None)
+
+    def close(self) -> None:
+        iterator, self._iterator = self._iterator, None
+        close = getattr(iterator, "close", None)
+        try:
+            if close is not None:
+                close()  # run the generator's finally blocks on cancel
+        finally:
+            self._runner.release()
+
+
+class AsyncIterablePublisher(Publisher[T], Generic[T]):
+    """Publishes the elements of an async iterable, driven on an asyncio event loop.
+
+    Each subscription runs one task that awaits the next element only while there is
+    unfilled demand, so the iterator is never read ahead of what was requested. Signals
+    are sent from the loop's thread. An exception from the iterator becomes
+    ``on_error``; cancel cancels the task (an async generator's ``finally`` runs).
+
+    Parameters
+    ----------
+    async_iterable_or_factory : async iterable or callable returning one
+        As for :class:`IterablePublisher`: a factory serves every subscriber; a one-shot
+        async iterator serves the first.
+    loop : asyncio.AbstractEventLoop, optional
+        A running loop to use (it must be running on some thread). If omitted the
+        publisher runs its own loop on a background thread while it has live
+        subscriptions.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> from reactive_streams import AsyncIterablePublisher, collect
+    >>> async def ticks():
+    ...     for i in range(3):
+    ...         await asyncio.sleep(0)
+    ...         yield i
+    >>> collect(AsyncIterablePublisher(ticks), timeout=5)
+    [0, 1, 2]
+    """
+
+    def __init__(self, async_iterable_or_factory: AsyncIterable[T] | Callable[[], AsyncIterable[T]],
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        require_not_none(async_iterable_or_factory, "async_iterable_or_factory",
+                         "AsyncIterablePublisher")
+        self._make: Callable[[], AsyncIterable[T]] = _factory(
+            async_iterable_or_factory, AsyncIterable, lambda it: aiter(it) is it,
+            "AsyncIterablePublisher")
+        self._runner = LoopRunner(loop, name="async-iterable-publisher")
+
+    def subscribe(self, subscriber: Subscriber[T]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        dispatch = self._runner.acquire()
+        source = _AsyncIteratorSource(self._make, self._runner)
+        emitter = Emitter(subscriber, source, dispatch)
+        source.emitter = emitter
+        emitter.start()
+
+
+class _AsyncIteratorSource(Source[T]):
+    """Elements fetched by a task on the loop; every method runs on the loop's thread."""
+
+    def __init__(self, make: Callable[[], AsyncIterable[T]], runner: LoopRunner) -> None:
+        self._make = make
+        self._runner = runner
+        self._loop = runner.loop
+        self.emitter: Emitter[T] | None = None
+        self._ready: collections.deque[T] = collections.deque()
+        self._terminal: Terminal | None = None
+        self._wanted = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+        ready = self._ready
+        taken = [ready.popleft() for _ in range(min(n, len(ready)))]
+        self._wanted = n - len(taken)
+        if self._task is None and self._terminal is None:
+            self._task = self._loop.create_task(self._fetch())
+        if self._wanted:
+            self._wake.set()
+        return taken, (self._terminal if not ready else None)
+
+    async def _fetch(self) -> None:
+        try:
+            iterator: AsyncIterator[T] = aiter(self._make())
+            while True:
+                while self._wanted <= len(self._ready):
+                    self._wake.clear()
+                    await self._wake.wait()
+                element = await anext(iterator)
+                if element is None:
+                    raise TypeError("§2.13: the async iterable produced None; elements must "
+                                    "not be None")
+                self._ready.append(element)
+                self._notify()
+        except StopAsyncIteration:
+            self._terminal = COMPLETE
+        except asyncio.CancelledError:
+            return  # close(): the subscription ended
+        except BaseException as exc:
+            self._terminal = exc
+        self._notify()
+
+    def _notify(self) -> None:
+        if self.emitter is not None:
+            self.emitter.signal()
+
+    def close(self) -> None:
+        task, self._task = self._task, None
+        self.emitter = None
+        if task is not None and not task.done():
+            task.cancel()
+            # The cancelled task finishes on the loop; release the loop after it.
+            task.add_done_callback(lambda _: self._runner.release())
+        else:
+            self._runner.release()
+
+
+def _factory(value: object, accepted: type, one_shot: Callable[[Any], bool],
+             owner: str) -> Callable[[], Any]:
+    """Turn an iterable-or-factory argument into a factory; a one-shot iterator serves once."""
+    if isinstance(value, accepted):
+        if not one_shot(value):
+            return lambda: value
+        claimed = threading.Lock()
+
+        def once() -> object:
+            if not claimed.acquire(blocking=False):
+                raise RuntimeError(
+                    f"{owner}: this iterator can be consumed only once and already has a "
+                    "subscriber; pass a factory (a callable returning a fresh iterable) "
+                    "to serve several subscribers")
+            return value
+
+        return once
+    if callable(value):
+        return value
+    raise TypeError(f"{owner}: expected an iterable or a callable returning one, got "
+                    f"{type(value).__name__}")
+
+
+def _checked(elements: list[T], terminal: Terminal | None) -> tuple[list[T], Terminal | None]:
+    """Cut the chunk at the first ``None`` and fail the stream there (§2.13)."""
+    at = first_none(elements)
+    if at is None:
+        return elements, terminal
+    return elements[:at], TypeError(
+        f"§2.13: the iterable produced None (after {at} elements of this chunk); "
+        "elements must not be None")

@@ -1,0 +1,384 @@
+"""The one signalling core every publisher in this project uses.
+
+:class:`SerialWorker` is a work-in-progress counter with a drain loop: whoever raises the
+counter from 0 runs the loop, everyone else only records that there is more to do. That
+serialises signals (§1.3) and turns ``request`` called from inside ``on_next`` into another
+turn of the loop instead of a deeper stack (§3.3). :class:`Emitter` builds a Subscription
+on it: demand accounting (§3.9, §3.17), cancellation (§3.5, §3.7), and the release of the
+subscriber on cancel or terminal signal (§3.13). A publisher supplies only a
+:class:`Source` that says which elements are ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import Final, Generic, TypeVar, Union
+
+from .api import UNBOUNDED, Subscriber, Subscription
+
+__all__ = [
+    "COMPLETE",
+    "Dispatch",
+    "Emitter",
+    "SerialWorker",
+    "Source",
+    "Terminal",
+    "first_none",
+    "require_not_none",
+    "signal_violation",
+]
+
+T = TypeVar("T")
+
+log = logging.getLogger("reactive_streams")
+
+#: Runs a callable later, on some other thread or loop: ``executor.submit``,
+#: ``loop.call_soon_threadsafe``. ``None`` where a dispatch is accepted means "run inline".
+Dispatch = Callable[[Callable[[], None]], object]
+
+#: Largest number of elements taken from a source in one step. Between steps the loop
+#: re-reads demand, and an executor-driven loop hands its thread back (fairness).
+CHUNK: Final[int] = 1024
+
+
+class _Complete:
+    """Marker for normal completion, the terminal state that is not an error."""
+
+    _instance: _Complete | None = None
+
+    def __new__(cls) -> _Complete:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "COMPLETE"
+
+
+COMPLETE: Final = _Complete()
+
+#: A terminal state: :data:`COMPLETE`, or the error the stream failed with.
+Terminal = Union[_Complete, BaseException]
+
+
+def require_not_none(value: object, what: str, rule: str) -> None:
+    """Raise ``TypeError`` when ``value`` is ``None`` (§1.9, §2.13)."""
+    if value is None:
+        raise TypeError(f"{rule}: {what} must not be None")
+
+
+def first_none(elements: Sequence[object]) -> int | None:
+    """Index of the first ``None`` in ``elements`` (by identity, at C speed), or ``None``."""
+    hits = map(operator.is_, elements, repeat(None))
+    if any(hits):
+        return next(i for i, e in enumerate(elements) if e is None)
+    return None
+
+
+def signal_violation(subscriber: object, signal: str, error: BaseException) -> None:
+    """Report a subscriber that raised from a signal method (§2.13).
+
+    The subscription is treated as cancelled by the caller; this makes the failure loud
+    rather than swallowed: it is logged at ERROR with its traceback on the
+    ``reactive_streams`` logger.
+    """
+    log.error(
+        "§2.13: %r raised from %s; its subscription is treated as cancelled",
+        subscriber,
+        signal,
+        exc_info=(type(error), error, error.__traceback__),
+    )
+
+
+class SerialWorker(ABC):
+    """Runs :meth:`_work` on one thread at a time, again until no request for work is left.
+
+    ``_schedule()`` may be called from any thread, including from inside ``_work``: the
+    call returns at once when a loop is already running, and that loop takes one more
+    turn. With a ``dispatch`` the loop runs there; without one it runs on the calling
+    thread. If ``dispatch`` refuses (an executor already shut down), the loop runs inline
+    after :meth:`_dispatch_failed` has been told why.
+    """
+
+    def __init__(self, dispatch: Dispatch | None = None) -> None:
+        self._lock = threading.Lock()
+        self._wip = 0
+        self._dispatch = dispatch
+
+    def _schedule(self) -> None:
+        with self._lock:
+            self._wip += 1
+            if self._wip != 1:
+                return
+        self._run()
+
+    def _run(self) -> None:
+        """Start the loop; the caller holds the work-in-progress counter."""
+        if self._dispatch is None:
+            self._drain()
+            return
+        try:
+            self._dispatch(self._drain)
+        except BaseException as exc:  # e.g. RuntimeError: cannot schedule new futures
+            self._dispatch_failed(exc)
+            self._drain()
+
+    def _drain(self) -> None:
+        missed = 1
+        while True:
+            if self._work() and self._dispatch is not None:
+                # Hand the thread back and continue in a fresh task; the counter stays
+                # raised, so nobody else starts a loop meanwhile.
+                self._run()
+                return
+            with self._lock:
+                self._wip -= missed
+                missed = self._wip
+            if missed == 0:
+                return
+
+    @abstractmethod
+    def _work(self) -> bool:
+        """One turn of the loop. Return True to yield the dispatcher with work left."""
+
+    def _dispatch_failed(self, error: BaseException) -> None:
+        """``dispatch`` refused the loop; it will run inline once."""
+
+
+class Source(ABC, Generic[T]):
+    """Where an :class:`Emitter` takes its elements from; a publisher implements this.
+
+    All calls come from the emitter's loop, one at a time, so a source needs no lock for
+    state only the loop touches. A source that receives elements from elsewhere (another
+    thread, an event loop) calls :meth:`Emitter.signal` when some are ready.
+    """
+
+    @abstractmethod
+    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+        """Return up to ``n`` elements ready now, and the terminal state if it is known.
+
+        ``n`` may be 0: then only the terminal state is asked for. The terminal state is
+        signalled after the returned elements. Raising is the same as returning the
+        exception as the terminal state. Elements are never ``None``.
+        """
+
+    def close(self) -> None:  # noqa: B027 - most sources hold nothing to release
+        """Release resources; called exactly once, on cancel or terminal signal."""
+
+
+class Emitter(SerialWorker, Subscription, Generic[T]):
+    """A Subscription that delivers a :class:`Source`'s elements to one subscriber.
+
+    Parameters
+    ----------
+    subscriber : Subscriber
+        Receives ``on_subscribe`` first (§1.9), then elements within demand (§1.1) and at
+        most one terminal signal (§1.7), never two signals at once (§1.3).
+    source : Source
+        Supplies elements; see :class:`Source`.
+    dispatch : callable, optional
+        Where signals are sent from (see :class:`SerialWorker`). ``None`` sends them on
+        the thread whose call made them possible: ``request``, ``start`` or ``signal``.
+    chunk : int
+        Largest number of elements pulled from the source in one step.
+
+    Examples
+    --------
+    >>> from reactive_streams.signalling import COMPLETE, Emitter, Source
+    >>> class Letters(Source[str]):
+    ...     def __init__(self): self.left = list("abc")
+    ...     def pull(self, n):
+    ...         taken, self.left = self.left[:n], self.left[n:]
+    ...         return taken, (None if self.left else COMPLETE)
+    >>> from reactive_streams import collect, Publisher
+    >>> class LettersPublisher(Publisher[str]):
+    ...     def subscribe(self, subscriber):
+    ...         Emitter(subscriber, Letters()).start()
+    >>> collect(LettersPublisher())
+    ['a', 'b', 'c']
+    """
+
+    def __init__(
+        self,
+        subscriber: Subscriber[T],
+        source: Source[T],
+        dispatch: Dispatch | None = None,
+        chunk: int = CHUNK,
+    ) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        super().__init__(dispatch)
+        self._subscriber: Subscriber[T] | None = subscriber
+        self._source: Source[T] | None = source
+        self._chunk = chunk
+        self._demand = 0
+        self._subscribed = False
+        # Read once per element by the loop: set by cancel() and by §2.13 violations.
+        self._cancelled = False
+        # Terminal state reached and everything released; later calls do nothing.
+        self._done = False
+        self._failure: BaseException | None = None
+
+    # -- used by publishers --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Signal ``on_subscribe``, then whatever the subscriber asks for."""
+        self._schedule()
+
+    def signal(self) -> None:
+        """Tell the loop that the source has new elements or a terminal state."""
+        if not self._done:
+            self._schedule()
+
+    @property
+    def demand(self) -> int:
+        """Outstanding demand: requested and not yet delivered."""
+        return self._demand
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the subscriber cancelled or broke §2.13."""
+        return self._cancelled
+
+    @property
+    def done(self) -> bool:
+        """True once the subscription has ended and released everything."""
+        return self._done
+
+    # -- Subscription ----------------------------------------------------------------------
+
+    def request(self, n: int) -> None:
+        if type(n) is not int or n <= 0:
+            self._fail_request(n)
+            return
+        with self._lock:
+            if self._done:
+                return  # §3.6: a NOP once the subscription has ended
+            demand = self._demand + n
+            # §3.17: demand is capped at UNBOUNDED, never overflows.
+            self._demand = demand if demand < UNBOUNDED else UNBOUNDED
+            self._wip += 1
+            if self._wip != 1:
+                return  # §3.3: a running loop takes another turn; no recursion
+        self._run()
+
+    def cancel(self) -> None:
+        # §3.5, §3.7: idempotent, thread-safe, returns at once; the loop releases.
+        with self._lock:
+            if self._cancelled or self._done:
+                return
+            self._cancelled = True
+            self._wip += 1
+            if self._wip != 1:
+                return
+        self._run()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _fail_request(self, n: object) -> None:
+        # §3.9: a non-positive request is an error signalled through on_error, never raised
+        if isinstance(n, int) and not isinstance(n, bool):
+            error: BaseException = ValueError(
+                f"§3.9: request(n) needs n > 0, got {n} (non-positive requests are illegal)"
+            )
+        else:
+            error = TypeError(f"§3.9: request(n) needs a positive int, got {type(n).__name__}")
+        with self._lock:
+            if self._done:
+                return
+            if self._failure is None:
+                self._failure = error
+        self._schedule()
+
+    def _dispatch_failed(self, error: BaseException) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = RuntimeError(f"the publisher's executor refused work: {error!r}")
+
+    def _work(self) -> bool:
+        if self._done:
+            return False
+        subscriber = self._subscriber
+        source = self._source
+        assert subscriber is not None and source is not None
+        if not self._subscribed:
+            self._subscribed = True
+            try:
+                subscriber.on_subscribe(self)
+            except BaseException as exc:
+                self._violated(subscriber, "on_subscribe", exc)
+                return False
+        if self._cancelled:
+            self._terminate(None)
+            return False
+        if self._failure is not None:
+            self._terminate(self._failure)
+            return False
+        chunk = self._chunk
+        while True:
+            demand = self._demand
+            wanted = demand if demand < chunk else chunk
+            try:
+                elements, terminal = source.pull(wanted)
+            except BaseException as exc:  # the source failed: the stream fails
+                elements, terminal = (), exc
+            if elements:
+                on_next = subscriber.on_next
+                try:
+                    for element in elements:
+                        if self._cancelled:
+                            break  # §3.12: stop signalling as soon as cancel is seen
+                        on_next(element)
+                except BaseException as exc:
+                    self._violated(subscriber, "on_next", exc)
+                    return False
+                if self._cancelled:
+                    self._terminate(None)
+                    return False
+                if demand != UNBOUNDED:  # §3.17: unbounded demand is never used up
+                    with self._lock:
+                        self._demand -= len(elements)
+            if terminal is not None:
+                self._terminate(terminal)
+                return False
+            if len(elements) < wanted or wanted == 0:
+                return False  # nothing more ready now, or no demand: wait for a signal
+            if self._dispatch is not None and len(elements) == chunk:
+                return True  # a full chunk sent: give other work on the dispatcher a turn
+
+    def _violated(self, subscriber: Subscriber[T], signal: str, error: BaseException) -> None:
+        # §2.13: a subscriber that raises is considered cancelled, and the error reported.
+        self._cancelled = True
+        signal_violation(subscriber, signal, error)
+        self._terminate(None)
+        if not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt, SystemExit: not ours to absorb
+
+    def _terminate(self, terminal: Terminal | None) -> None:
+        subscriber, source = self._subscriber, self._source
+        with self._lock:
+            self._done = True
+        # §3.13: drop the subscriber (and the source, which may refer to it) for good.
+        self._subscriber = None
+        self._source = None
+        if source is not None:
+            try:
+                source.close()
+            except Exception:
+                log.exception("closing the source %r failed", source)
+        if terminal is None or subscriber is None or self._cancelled:
+            return
+        try:
+            if isinstance(terminal, BaseException):
+                subscriber.on_error(terminal)
+            else:
+                subscriber.on_complete()
+        except BaseException as exc:
+            signal_violation(subscriber, "on_error" if terminal is not COMPLETE else "on_complete",
+                             exc)
+            if not isinstance(exc, Exception):
+                raise

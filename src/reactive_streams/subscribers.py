@@ -1,0 +1,317 @@
+"""Reference subscribers: override one method that handles an element.
+
+Both request demand in batches and refill when half the batch is consumed.
+:class:`SyncSubscriber` handles signals on the publisher's thread; :class:`AsyncSubscriber`
+hands them to a thread of its own so that slow handling never blocks the publisher (§2.2).
+:func:`collect` gathers a whole stream into a list.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Generic, TypeVar
+
+from .api import Publisher, Subscriber, Subscription
+from .runners import ThreadRunner
+from .signalling import SerialWorker, require_not_none, signal_violation
+
+__all__ = ["AsyncSubscriber", "SyncSubscriber", "collect"]
+
+T = TypeVar("T")
+
+
+class _BatchingSubscriber(Subscriber[T], Generic[T]):
+    """Demand in batches, the user's element handler, and a way to wait for the end."""
+
+    def __init__(self, batch_size: int) -> None:
+        if type(batch_size) is not int or batch_size < 1:
+            raise ValueError(f"{type(self).__name__}: batch_size must be an int >= 1, "
+                             f"got {batch_size!r}")
+        self.batch_size = batch_size
+        self._subscription: Subscription | None = None
+        self._outstanding = 0
+        self._stopped = False  # cancelled, or a terminal signal handled
+        self._finished = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- for users -------------------------------------------------------------------------
+
+    def on_element(self, element: T) -> bool | None:
+        """Handle one element. Return ``False`` to cancel the subscription.
+
+        An exception raised here cancels the subscription and ends the subscriber with
+        that error (it is not raised to the publisher, §2.13).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must override on_element")
+
+    def on_finished(self, error: BaseException | None) -> None:
+        """Called once at the end: ``error`` is ``None`` after completion or a cancel."""
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the end of the stream; raise its error, or ``TimeoutError``."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"{type(self).__name__}: the stream did not end within "
+                               f"{timeout} s")
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def finished(self) -> bool:
+        """True once the stream ended, by terminal signal, cancel, or handler error."""
+        return self._finished.is_set()
+
+    @property
+    def outstanding(self) -> int:
+        """Demand requested and not yet answered with an element."""
+        return self._outstanding
+
+    # -- signal handling, on whatever thread the subclass chooses ---------------------------
+
+    def _handle_subscribe(self, subscription: Subscription) -> None:
+        if self._subscription is not None or self._stopped:
+            subscription.cancel()  # §2.5: one active subscription at a time
+            return
+        self._subscription = subscription
+        self._outstanding = self.batch_size
+        subscription.request(self.batch_size)
+
+    def _handle_next(self, element: T) -> None:
+        if self._stopped:
+            return  # §2.8: elements may still arrive after cancel
+        self._outstanding -= 1
+        try:
+            keep = self.on_element(element)
+        except Exception as exc:
+            self._stop(exc)
+            return
+        if keep is False:
+            self._stop(None)
+            return
+        if self._outstanding <= self.batch_size // 2 and not self._stopped:
+            more = self.batch_size - self._outstanding
+            self._outstanding += more
+            assert self._subscription is not None
+            self._subscription.request(more)
+
+    def _handle_terminal(self, error: BaseException | None) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._subscription = None  # §2.4: the subscription is over
+        self._end(error)
+
+    def _stop(self, error: BaseException | None) -> None:
+        """Cancel from inside the handler's thread and end with ``error``."""
+        if self._stopped:
+            return
+        self._stopped = True
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            subscription.cancel()
+        self._end(error)
+
+    def _end(self, error: BaseException | None) -> None:
+        self._error = error
+        try:
+            self.on_finished(error)
+        except Exception as exc:
+            signal_violation(self, "on_finished", exc)
+        finally:
+            self._finished.set()
+
+
+class SyncSubscriber(_BatchingSubscriber[T], Generic[T]):
+    """A subscriber that handles every signal on the thread that sends it.
+
+    Override :meth:`on_element` (and optionally :meth:`on_finished`). Handling must be
+    quick: it runs on the publisher's thread.
+
+    Parameters
+    ----------
+    batch_size : int
+        Demand requested at a time; refilled when half of it has arrived.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher, SyncSubscriber
+    >>> class Sum(SyncSubscriber[int]):
+    ...     total = 0
+    ...     def on_element(self, element):
+    ...         self.total += element
+    >>> s = Sum(batch_size=8)
+    >>> RangePublisher(1, 100).subscribe(s)
+    >>> s.join(timeout=5); s.total
+    5050
+    """
+
+    def __init__(self, batch_size: int = 64) -> None:
+        super().__init__(batch_size)
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        require_not_none(subscription, "on_subscribe's subscription", "§2.13")
+        self._handle_subscribe(subscription)
+
+    def on_next(self, element: T) -> None:
+        require_not_none(element, "on_next's element", "§2.13")
+        self._handle_next(element)
+
+    def on_error(self, error: BaseException) -> None:
+        require_not_none(error, "on_error's error", "§2.13")
+        self._handle_terminal(error)
+
+    def on_complete(self) -> None:
+        self._handle_terminal(None)
+
+    def cancel(self) -> None:
+        """Cancel from any thread (``Subscription.cancel`` is thread-safe, §3.5)."""
+        self._stop(None)
+
+
+class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
+    """A subscriber that queues signals and handles them, in order, on its own thread.
+
+    The publisher's thread only enqueues (§2.2), so :meth:`on_element` may be slow. The
+    queue never holds more than one batch of elements plus the terminal signal, since the
+    publisher may not send more than was requested (§1.1).
+
+    Parameters
+    ----------
+    executor : concurrent.futures.Executor, optional
+        Where signals are handled (serially, whatever the executor's size). If omitted the
+        subscriber starts one thread at ``on_subscribe`` and stops it at the end.
+    batch_size : int
+        Demand requested at a time; refilled when half of it has been handled.
+
+    Examples
+    --------
+    >>> from reactive_streams import AsyncSubscriber, RangePublisher
+    >>> class Printer(AsyncSubscriber[int]):
+    ...     def on_element(self, element):
+    ...         print(element)
+    >>> p = Printer(batch_size=2)
+    >>> RangePublisher(0, 3).subscribe(p)
+    >>> p.join(timeout=5)
+    0
+    1
+    2
+    """
+
+    def __init__(self, executor: Executor | None = None, batch_size: int = 64) -> None:
+        SerialWorker.__init__(self)
+        _BatchingSubscriber.__init__(self, batch_size)
+        self._runner = ThreadRunner(executor, max_workers=1, name="async-subscriber")
+        self._signals: collections.deque[Callable[[], None]] = collections.deque()
+        self._holds_runner = False
+
+    @property
+    def queued(self) -> int:
+        """Signals received and not yet handled."""
+        return len(self._signals)
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        require_not_none(subscription, "on_subscribe's subscription", "§2.13")
+        with self._lock:
+            if not self._holds_runner and not self._stopped:
+                self._holds_runner = True
+                self._dispatch = self._runner.acquire()
+        self._enqueue(lambda: self._handle_subscribe(subscription))
+
+    def on_next(self, element: T) -> None:
+        require_not_none(element, "on_next's element", "§2.13")
+        self._enqueue(lambda: self._handle_next(element))
+
+    def on_error(self, error: BaseException) -> None:
+        require_not_none(error, "on_error's error", "§2.13")
+        self._enqueue(lambda: self._handle_terminal(error))
+
+    def on_complete(self) -> None:
+        self._enqueue(lambda: self._handle_terminal(None))
+
+    def cancel(self) -> None:
+        """Cancel from any thread; handled in order with the queued signals."""
+        self._enqueue(lambda: self._stop(None))
+
+    def _enqueue(self, handle: Callable[[], None]) -> None:
+        self._signals.append(handle)
+        self._schedule()
+
+    def _work(self) -> bool:
+        signals = self._signals
+        while signals and not self._stopped:
+            signals.popleft()()
+        if self._stopped:
+            signals.clear()
+            with self._lock:
+                holds, self._holds_runner = self._holds_runner, False
+                self._dispatch = None  # late signals are dropped inline
+            if holds:
+                self._runner.release()
+        return False
+
+
+
+def collect(publisher: Publisher[T], timeout: float | None = None,
+            batch_size: int = 1024) -> list[T]:
+    """Subscribe to ``publisher``, take every element, and return them as a list.
+
+    Parameters
+    ----------
+    publisher : Publisher
+        A finite publisher.
+    timeout : float, optional
+        Seconds to wait for the end of the stream. When it passes, the subscription is
+        cancelled (also from inside a synchronous publisher's loop) and ``TimeoutError``
+        is raised.
+    batch_size : int
+        Demand requested at a time.
+
+    Returns
+    -------
+    list
+        The elements in the order received.
+
+    Raises
+    ------
+    BaseException
+        The error the publisher signalled.
+    TimeoutError
+        If the stream did not end within ``timeout``.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher, collect
+    >>> collect(RangePublisher(0, 5), timeout=5)
+    [0, 1, 2, 3, 4]
+    """
+    require_not_none(publisher, "the publisher", "collect")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    collector = _Collector[T](batch_size, deadline)
+    publisher.subscribe(collector)
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not collector._finished.wait(remaining) or collector.timed_out:
+        collector.cancel()
+        raise TimeoutError(f"collect: {publisher!r} did not end within {timeout} s "
+                           f"({len(collector.elements)} elements received)")
+    collector.join()
+    return collector.elements
+
+
+class _Collector(SyncSubscriber[T], Generic[T]):
+    def __init__(self, batch_size: int, deadline: float | None) -> None:
+        super().__init__(batch_size)
+        self.elements: list[T] = []
+        self.deadline = deadline
+        self.timed_out = False
+
+    def on_element(self, element: T) -> bool:
+        self.elements.append(element)
+        # Checked once a refill is due, so even a synchronous publisher's loop can stop.
+        if self.deadline is not None and self._outstanding <= self.batch_size // 2 and \
+                time.monotonic() > self.deadline:
+            self.timed_out = True
+            return False
+        return True
