@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .api import Processor, Subscriber, Subscription
 from .signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
@@ -179,7 +179,7 @@ class _Outlet(Source[R], Generic[R]):
 
     emitter: Emitter[R]
 
-    def __init__(self, processor: MapProcessor[object, R]) -> None:
+    def __init__(self, processor: MapProcessor[Any, R]) -> None:
         self.processor = processor
         self.queue: collections.deque[R] = collections.deque()
 

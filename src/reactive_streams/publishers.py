@@ -11,7 +11,7 @@ import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from itertools import islice
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Generic, TypeVar
 
 from .api import Publisher, Subscriber
 from .runners import LoopRunner, Runner, ThreadRunner
@@ -78,7 +78,7 @@ class _RangeSource(Source[int]):
         return range(low, high), (COMPLETE if high == self.stop else None)
 
 
-IterableOrFactory = Union[Iterable[T], Callable[[], Iterable[T]]]
+IterableOrFactory = Iterable[T] | Callable[[], Iterable[T]]
 
 
 class IterablePublisher(Publisher[T], Generic[T]):

@@ -17,7 +17,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import Final, Generic, TypeVar, Union
+from typing import Final, Generic, TypeVar
 
 from .api import UNBOUNDED, Subscriber, Subscription
 
@@ -63,7 +63,7 @@ class _Complete:
 COMPLETE: Final = _Complete()
 
 #: A terminal state: :data:`COMPLETE`, or the error the stream failed with.
-Terminal = Union[_Complete, BaseException]
+Terminal = _Complete | BaseException
 
 
 def require_not_none(value: object, what: str, rule: str) -> None:
@@ -146,7 +146,7 @@ class SerialWorker(ABC):
     def _work(self) -> bool:
         """One turn of the loop. Return True to yield the dispatcher with work left."""
 
-    def _dispatch_failed(self, error: BaseException) -> None:
+    def _dispatch_failed(self, error: BaseException) -> None:  # noqa: B027 - optional hook
         """``dispatch`` refused the loop; it will run inline once."""
 
 
@@ -167,7 +167,7 @@ class Source(ABC, Generic[T]):
         exception as the terminal state. Elements are never ``None``.
         """
 
-    def close(self) -> None:  # noqa: B027 - most sources hold nothing to release
+    def close(self) -> None:
         """Release resources; called exactly once, on cancel or terminal signal."""
 
 
