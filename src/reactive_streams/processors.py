@@ -70,8 +70,17 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
 
     @property
     def upstream_demand(self) -> int:
-        """Requested from upstream and not yet received."""
-        return self._requested
+        """Requested from upstream and not yet received.
+
+        ``buffered + upstream_demand <= buffer_size`` whenever both are read at once
+        (see :meth:`snapshot`)."""
+        with self._lock:
+            return self._requested
+
+    def snapshot(self) -> tuple[int, int]:
+        """``(buffered, upstream_demand)`` read together, for progress displays."""
+        with self._lock:
+            return max((len(o.queue) for o in self._outlets), default=0), self._requested
 
     # -- Subscriber side: signals from upstream, serial (§1.3) -----------------------------
 

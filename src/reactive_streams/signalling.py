@@ -339,9 +339,12 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                 if self._cancelled:
                     self._terminate(None)
                     return False
-                if demand != UNBOUNDED:  # §3.17: unbounded demand is never used up
+                if demand != UNBOUNDED:
                     with self._lock:
-                        self._demand -= len(elements)
+                        # §3.17: unbounded demand is never used up (it may have become
+                        # unbounded while this chunk was being delivered).
+                        if self._demand != UNBOUNDED:
+                            self._demand -= len(elements)
             if terminal is not None:
                 self._terminate(terminal)
                 return False

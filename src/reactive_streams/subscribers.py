@@ -51,6 +51,10 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
     def on_finished(self, error: BaseException | None) -> None:
         """Called once at the end: ``error`` is ``None`` after completion or a cancel."""
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the end of the stream; return whether it ended within ``timeout``."""
+        return self._finished.wait(timeout)
+
     def join(self, timeout: float | None = None) -> None:
         """Wait for the end of the stream; raise its error, or ``TimeoutError``."""
         if not self._finished.wait(timeout):
@@ -66,7 +70,8 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
 
     @property
     def outstanding(self) -> int:
-        """Demand requested and not yet answered with an element."""
+        """Demand requested and not yet handled (for :class:`AsyncSubscriber` this includes
+        elements received and still queued). Counted down before ``on_element`` runs."""
         return self._outstanding
 
     # -- signal handling, on whatever thread the subclass chooses ---------------------------
@@ -180,11 +185,11 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
 
     Parameters
     ----------
+    batch_size : int
+        Demand requested at a time; refilled when half of it has been handled.
     executor : concurrent.futures.Executor, optional
         Where signals are handled (serially, whatever the executor's size). If omitted the
         subscriber starts one thread at ``on_subscribe`` and stops it at the end.
-    batch_size : int
-        Demand requested at a time; refilled when half of it has been handled.
 
     Examples
     --------
@@ -200,9 +205,12 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
     2
     """
 
-    def __init__(self, executor: Executor | None = None, batch_size: int = 64) -> None:
+    def __init__(self, batch_size: int = 64, *, executor: Executor | None = None) -> None:
         SerialWorker.__init__(self)
         _BatchingSubscriber.__init__(self, batch_size)
+        if executor is not None and not isinstance(executor, Executor):
+            raise TypeError("AsyncSubscriber: executor must be a concurrent.futures.Executor, "
+                            f"got {type(executor).__name__}")
         self._runner = ThreadRunner(executor, max_workers=1, name="async-subscriber")
         self._signals: collections.deque[Callable[[], None]] = collections.deque()
         self._holds_runner = False

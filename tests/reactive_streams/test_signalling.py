@@ -66,11 +66,14 @@ def test_unbounded_demand_is_never_used_up() -> None:
 
 
 def test_demand_is_capped_at_unbounded_and_counted_down_below_it() -> None:
-    capped = Emitter(Recorder(), Counting(stop=0))
+    recorder = Recorder()
+    capped = Emitter(recorder, Pushed())  # nothing ready: demand just accumulates
     capped.start()
-    for n in (UNBOUNDED // 2, UNBOUNDED // 2, 1, UNBOUNDED):  # §3.17: cumulative to MAX
+    for n in (UNBOUNDED // 2, UNBOUNDED // 2, 1):  # §3.17: cumulative to exactly MAX
         capped.request(n)
-    assert capped.done  # completed, with no error from the overflow attempts
+    assert capped.demand == UNBOUNDED
+    capped.request(UNBOUNDED)
+    assert capped.demand == UNBOUNDED and recorder.errors == []
 
     bounded = Emitter(Recorder(), Counting(stop=100))
     bounded.start()
@@ -79,6 +82,22 @@ def test_demand_is_capped_at_unbounded_and_counted_down_below_it() -> None:
     bounded.request(UNBOUNDED - 1)
     bounded.request(UNBOUNDED - 1)
     assert bounded.done
+
+
+def test_demand_made_unbounded_during_a_chunk_stays_unbounded() -> None:
+    class Greedy(Recorder):
+        def handle(self, element: Any) -> None:
+            if element == 0:
+                self.request(UNBOUNDED)
+
+    source = Pushed()
+    source.ready = [0, 1, 2]
+    recorder = Greedy()
+    emitter = Emitter(recorder, source)
+    emitter.start()
+    recorder.request(3)
+    assert recorder.elements == [0, 1, 2]
+    assert emitter.demand == UNBOUNDED
 
 
 def test_request_with_a_non_int_is_signalled_as_type_error() -> None:
@@ -215,6 +234,7 @@ def test_an_endless_subscription_does_not_starve_others_on_the_same_dispatcher()
         second.request(5)
         second.wait_for_elements(5)
         first.wait_for_elements(3 * CHUNK)  # and the first keeps going meanwhile
+        assert e1.demand == UNBOUNDED
         e1.cancel()
         e2.cancel()
 
