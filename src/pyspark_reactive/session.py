@@ -1,0 +1,202 @@
+"""Local SparkSessions configured from the project's ``spark-conf/`` directory.
+
+Tests, the demo and notebooks start Spark through :func:`local_session`, so all of them
+get the same quiet logging, the same small-job settings, and Python workers that run
+the driver's own interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pyspark.errors import PySparkRuntimeError
+from pyspark.sql import SparkSession
+
+__all__ = ["local_session", "read_spark_defaults"]
+
+SPARK_DEFAULTS_FILE = "spark-defaults.conf"
+LOG4J_FILE = "log4j2.properties"
+_LOG4J_OPTION = "-Dlog4j2.configurationFile"
+
+
+def local_session(
+    app_name: str = "pyspark-reactive",
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    *,
+    conf_dir: str | os.PathLike[str] | None = None,
+) -> SparkSession:
+    """Return a SparkSession configured from ``spark-conf/``, starting Spark if needed.
+
+    Settings are applied in this order, later ones winning: the configuration
+    directory's ``spark-defaults.conf``; ``app_name``, ``master``,
+    ``spark.pyspark.python`` and, for a ``local`` master or one on 127.0.0.1, the driver
+    bound to 127.0.0.1; then ``conf``. The JVM logs through the directory's
+    ``log4j2.properties`` (added to ``spark.driver.extraJavaOptions`` unless that option
+    already names a log4j configuration), and the log level is set to ``WARN``.
+
+    Before the JVM starts, the environment variables ``PYSPARK_PYTHON`` and
+    ``PYSPARK_DRIVER_PYTHON`` are set to ``sys.executable``, so Python workers run this
+    interpreter, with the packages of its environment, rather than whatever ``python3``
+    is first on ``PATH``.
+
+    If a SparkSession is already active (or a default one exists), that session is
+    returned unchanged, like ``SparkSession.builder.getOrCreate()`` does: ``app_name``,
+    ``master``, ``conf`` and the directory's settings do not apply to it. Stop it first
+    to get a session with these settings.
+
+    Parameters
+    ----------
+    app_name : str, default "pyspark-reactive"
+        Application name shown in Spark's logs.
+    master : str, default "local[2]"
+        Spark master URL, such as ``"local[*]"`` or ``"spark://127.0.0.1:7077"``.
+    conf : Mapping[str, str], optional
+        Spark settings applied on top of all others, values as strings like Spark's own.
+    conf_dir : str or os.PathLike, optional
+        Directory holding ``spark-defaults.conf`` and ``log4j2.properties``. By default
+        the copy shipped inside the package (``pyspark_reactive/spark-conf``), or, in an
+        editable install, the repository's top-level ``spark-conf/``.
+
+    Returns
+    -------
+    SparkSession
+        The new session, or the one that was already active.
+
+    Raises
+    ------
+    FileNotFoundError
+        If no configuration directory is found (the message names every path tried),
+        or it lacks ``spark-defaults.conf`` or ``log4j2.properties``.
+    ValueError
+        If a line of ``spark-defaults.conf`` has a key but no value.
+
+    Examples
+    --------
+    >>> from pyspark_reactive import local_session
+    >>> spark = local_session(conf={"spark.sql.shuffle.partitions": "2"})
+    >>> spark.range(3).count()
+    3
+    >>> spark.conf.get("spark.sql.shuffle.partitions")
+    '2'
+    >>> spark.stop()
+    """
+    # Resolved even when a session already exists, so a wrong conf_dir is always reported.
+    directory = _find_conf_dir(conf_dir)
+    defaults = read_spark_defaults(directory / SPARK_DEFAULTS_FILE)
+    log4j_config = directory / LOG4J_FILE
+    if not log4j_config.is_file():
+        raise FileNotFoundError(f"Spark configuration directory {directory} has no {LOG4J_FILE}")
+
+    try:
+        return SparkSession.active()
+    except PySparkRuntimeError:
+        pass  # none yet: start one below
+
+    # Read by the JVM when it launches Python workers; it inherits this process's
+    # environment, so this has to happen before the first session starts it.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+    settings = dict(defaults)
+    settings["spark.app.name"] = app_name
+    settings["spark.master"] = master
+    if _on_loopback(master):
+        # Otherwise Spark listens on, and advertises, the first non-loopback interface it
+        # finds, although every peer of a local master is on this machine.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    # Takes precedence over PYSPARK_PYTHON inside Spark, so set both.
+    settings["spark.pyspark.python"] = sys.executable
+    settings.update(conf or {})
+    java_options = settings.get("spark.driver.extraJavaOptions", "")
+    if _LOG4J_OPTION not in java_options:
+        # A file: URI has no spaces, which Spark would otherwise split the option at.
+        log4j_option = f"{_LOG4J_OPTION}={log4j_config.as_uri()}"
+        settings["spark.driver.extraJavaOptions"] = f"{log4j_option} {java_options}".strip()
+
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def read_spark_defaults(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a ``spark-defaults.conf`` file into a dictionary.
+
+    Each line is blank, a comment starting with ``#``, or a key and a value separated by
+    whitespace; the value is the rest of the line, so it may contain spaces. As in
+    Spark's own reading of this file, ``#`` after a value is part of the value.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to read.
+
+    Returns
+    -------
+    dict[str, str]
+        Settings in file order; a repeated key keeps its last value.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist.
+    ValueError
+        If a line has a key but no value; the message names the file and line.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "spark-defaults.conf"
+    >>> _ = path.write_text("# comment\\nspark.ui.enabled   false\\n")
+    >>> read_spark_defaults(path)
+    {'spark.ui.enabled': 'false'}
+    """
+    settings: dict[str, str] = {}
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            parts = text.split(None, 1)
+            if len(parts) != 2:
+                raise ValueError(f"{path}:{number}: expected 'key value', got {text!r}")
+            settings[parts[0]] = parts[1]
+    return settings
+
+
+def _on_loopback(master: str) -> bool:
+    """Whether every process of ``master`` runs on this machine and reaches the driver there."""
+    if master == "local" or master.startswith(("local[", "local-cluster[")):
+        return True
+    host = urlsplit(master).hostname
+    return host in ("localhost", "::1") or (host or "").startswith("127.")
+
+
+def _find_conf_dir(conf_dir: str | os.PathLike[str] | None) -> Path:
+    if conf_dir is not None:
+        tried = [Path(conf_dir).resolve()]
+    else:
+        tried = []
+        # Installed from a wheel: pyproject force-includes spark-conf/ into the package.
+        packaged = resources.files(__package__ or "pyspark_reactive") / "spark-conf"
+        if isinstance(packaged, Path):
+            tried.append(packaged)
+        # Editable install or source checkout: src/pyspark_reactive/ -> repo/spark-conf/.
+        source = Path(__file__).resolve()
+        if source.parents[1].name == "src":
+            tried.append(source.parents[2] / "spark-conf")
+    for candidate in tried:
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(
+        "no Spark configuration directory found; tried: " + ", ".join(str(p) for p in tried)
+    )

@@ -1,0 +1,83 @@
+"""local_session(): the shared local SparkSession and its spark-conf/ directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pyspark_reactive.session import (
+    SPARK_DEFAULTS_FILE,
+    _find_conf_dir,
+    local_session,
+    read_spark_defaults,
+)
+
+
+def test_python_workers_run_the_drivers_interpreter(spark: SparkSession) -> None:
+    # Two partitions on local[2]: two workers, each reporting its own interpreter.
+    workers = spark.sparkContext.parallelize(range(2), 2).map(lambda _: sys.executable)
+    assert set(workers.collect()) == {sys.executable}
+
+
+def test_settings_from_spark_defaults_conf_are_applied(spark: SparkSession) -> None:
+    spark_conf = spark.sparkContext.getConf()
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+    assert spark_conf.get("spark.ui.enabled") == "false"
+    assert spark.sparkContext.uiWebUrl is None
+    assert spark.sparkContext.defaultParallelism == 2
+    # Every other line of the file too, not only the ones named above.
+    defaults = read_spark_defaults(_find_conf_dir(None) / SPARK_DEFAULTS_FILE)
+    assert {key: spark_conf.get(key) for key in defaults} == defaults
+
+
+def test_jvm_logs_through_the_directorys_log4j2_properties(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    source = jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration()
+    location = Path(source.getConfigurationSource().getLocation())
+    assert location == _find_conf_dir(None) / "log4j2.properties"
+
+
+def test_an_active_session_is_returned_unchanged(spark: SparkSession) -> None:
+    again = local_session(app_name="other", conf={"spark.sql.shuffle.partitions": "7"})
+    assert again is spark
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+
+
+def test_missing_conf_dir_names_the_path_tried(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir"
+    with pytest.raises(FileNotFoundError, match="no Spark configuration directory") as error:
+        local_session(conf_dir=missing)
+    assert str(missing) in str(error.value)
+
+
+def test_conf_dir_without_log4j2_properties_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / SPARK_DEFAULTS_FILE).write_text("spark.ui.enabled false\n")
+    with pytest.raises(FileNotFoundError, match="log4j2.properties"):
+        local_session(conf_dir=tmp_path)
+
+
+def test_read_spark_defaults_parses_like_spark(tmp_path: Path) -> None:
+    path = tmp_path / SPARK_DEFAULTS_FILE
+    path.write_text(
+        "# a comment\n"
+        "\n"
+        "spark.ui.enabled      false\n"
+        "  spark.driver.extraJavaOptions\t-Da=1 -Db=2  \n"
+        "spark.app.name x # not a comment\n"
+    )
+    assert read_spark_defaults(path) == {
+        "spark.ui.enabled": "false",
+        "spark.driver.extraJavaOptions": "-Da=1 -Db=2",
+        "spark.app.name": "x # not a comment",
+    }
+
+
+def test_read_spark_defaults_rejects_a_key_without_value(tmp_path: Path) -> None:
+    path = tmp_path / SPARK_DEFAULTS_FILE
+    path.write_text("spark.ui.enabled false\nspark.master\n")
+    with pytest.raises(ValueError, match=r"spark-defaults\.conf:2: expected 'key value'"):
+        read_spark_defaults(path)
