@@ -1,0 +1,21 @@
+"""A pytest-native conformance kit for Reactive Streams implementations (a port of the
+reference TCK 1.0.4): subclass a verification class in a file pytest collects, implement
+its hooks, and every rule the reference TCK checks runs as a test."""
+
+from .environment import LONG_MAX, TCKTestError, TestEnvironment
+from .subscriber_blackbox import SubscriberBlackboxVerification
+from .subscriber_whitebox import (
+    SubscriberPuppet,
+    SubscriberWhiteboxVerification,
+    WhiteboxSubscriberProbe,
+)
+
+__all__ = [
+    "LONG_MAX",
+    "SubscriberBlackboxVerification",
+    "SubscriberPuppet",
+    "SubscriberWhiteboxVerification",
+    "TCKTestError",
+    "TestEnvironment",
+    "WhiteboxSubscriberProbe",
+]
