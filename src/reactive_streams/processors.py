@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from .api import Processor, Subscriber, Subscription
-from .signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+from .signalling import COMPLETE, Emitter, SerialWorker, Source, Terminal, require_not_none
 
 __all__ = ["MapProcessor"]
 
@@ -59,6 +59,10 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         self._outlets: list[_Outlet[R]] = []
         self._requested = 0  # upstream demand not yet answered
         self._terminal: Terminal | None = None
+        self._cancel_upstream = False
+        # Every request/cancel to upstream goes through this one loop, whichever
+        # subscriber's thread asked for it, so those calls are serial (§2.7).
+        self._link = _UpstreamLink(self)
 
     # -- introspection ---------------------------------------------------------------------
 
@@ -93,10 +97,12 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         if refuse:
             subscription.cancel()  # §2.5: a second subscription is cancelled
             return
-        self._replenish()
+        self._link.schedule()
 
     def on_next(self, element: T) -> None:
         require_not_none(element, "on_next's element", "§2.13")
+        if self._terminal is not None:
+            return  # ended (fn failed, or no subscriber left): late elements are dropped
         try:
             mapped = self._fn(element)
             if mapped is None:
@@ -129,7 +135,7 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         with self._lock:
             self._outlets.append(outlet)
         outlet.emitter.start()
-        self._replenish()
+        self._link.schedule()
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -138,24 +144,33 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
             if self._terminal is not None:
                 return
             self._terminal = terminal
-            upstream, self._upstream = self._upstream, None
+            if cancel_upstream:
+                self._cancel_upstream = True
+            else:
+                self._upstream = None  # upstream ended by itself
             outlets = tuple(self._outlets)
-        if cancel_upstream and upstream is not None:
-            upstream.cancel()
+        if cancel_upstream:
+            self._link.schedule()
         for outlet in outlets:
             outlet.emitter.signal()
 
-    def _replenish(self) -> None:
+    def _upstream_call(self) -> tuple[Subscription, int] | None:
+        """What to tell upstream now: ``(subscription, n)`` to request n, n == 0 to cancel."""
         with self._lock:
             upstream = self._upstream
-            if upstream is None or self._terminal is not None or not self._outlets:
-                return
+            if upstream is None:
+                return None
+            if self._cancel_upstream:
+                self._upstream = None
+                return upstream, 0
+            if self._terminal is not None or not self._outlets:
+                return None
             backlog = max(len(o.queue) for o in self._outlets)
             room = self.buffer_size - backlog - self._requested
             if room < max(1, self.buffer_size // 2):
-                return
+                return None  # refill when half the buffer is free
             self._requested += room
-        upstream.request(room)
+            return upstream, room
 
     def _take(self, outlet: _Outlet[R], n: int) -> tuple[Sequence[R], Terminal | None]:
         with self._lock:
@@ -165,22 +180,41 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
             if terminal is COMPLETE and queue:
                 terminal = None  # complete only after the backlog
         if taken:
-            self._replenish()
+            self._link.schedule()
         return taken, terminal
 
     def _remove(self, outlet: _Outlet[R]) -> None:
         with self._lock:
             self._outlets.remove(outlet)
             last = not self._outlets and self._terminal is None
-            upstream = self._upstream if last else None
             if last:
-                self._upstream = None
+                self._cancel_upstream = True
                 self._terminal = RuntimeError(
                     "MapProcessor: upstream was cancelled when its last subscriber left")
-        if upstream is not None:
-            upstream.cancel()
-        elif not last:
-            self._replenish()  # the slowest subscriber may have been this one
+        # Cancels upstream after the last subscriber, or asks for more: the slowest
+        # subscriber may have been this one.
+        self._link.schedule()
+
+
+class _UpstreamLink(SerialWorker):
+    """Makes the processor's calls to its upstream subscription, one at a time."""
+
+    def __init__(self, processor: MapProcessor[Any, Any]) -> None:
+        super().__init__()
+        self.processor = processor
+
+    def schedule(self) -> None:
+        self._schedule()
+
+    def _work(self) -> bool:
+        call = self.processor._upstream_call()
+        if call is not None:
+            upstream, n = call
+            if n:
+                upstream.request(n)
+            else:
+                upstream.cancel()
+        return False
 
 
 class _Outlet(Source[R], Generic[R]):

@@ -84,12 +84,14 @@ IterableOrFactory = Iterable[T] | Callable[[], Iterable[T]]
 class IterablePublisher(Publisher[T], Generic[T]):
     """Publishes the elements of an iterable, asynchronously, from an executor.
 
-    Signals are sent from executor threads, never from the thread calling ``request``.
-    Elements are taken from the iterator only against demand, at most
-    :data:`~reactive_streams.signalling.CHUNK` at a time, so a blocking or endless
-    iterator is fine. An exception raised by the iterator (or by calling the factory)
-    becomes ``on_error``; ``None`` from the iterator becomes ``on_error(TypeError)``
-    (§2.13). On cancel, a generator is closed.
+    Signals are sent from executor threads, not from the thread calling ``request``
+    (unless the executor refuses work; then ``on_error`` is sent from the caller).
+    Elements are taken from the iterator one at a time, only against demand, and each
+    is signalled as soon as the iterator yields it, so an endless or slow iterator is
+    fine. A ``next()`` that blocks holds one executor thread meanwhile, and ``cancel``
+    takes effect once it returns. An exception raised by the iterator (or by calling the
+    factory) becomes ``on_error``; ``None`` from the iterator becomes
+    ``on_error(TypeError)`` (§2.13). On cancel, a generator is closed.
 
     Parameters
     ----------
@@ -118,7 +120,10 @@ class IterablePublisher(Publisher[T], Generic[T]):
     def subscribe(self, subscriber: Subscriber[T]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
         dispatch = self._runner.acquire()
-        Emitter(subscriber, _IteratorSource(self._make, self._runner), dispatch).start()
+        # chunk=1: an element is signalled as soon as next() returns it, never held back
+        # while the iterator is asked for more.
+        Emitter(subscriber, _IteratorSource(self._make, self._runner), dispatch,
+                chunk=1).start()
 
 
 class _IteratorSource(Source[T]):
@@ -241,7 +246,7 @@ class _AsyncIteratorSource(Source[T]):
             self._terminal = COMPLETE
         except asyncio.CancelledError:
             return  # close(): the subscription ended
-        except BaseException as exc:
+        except Exception as exc:
             self._terminal = exc
         self._notify()
 

@@ -116,7 +116,8 @@ class LoopRunner(Runner):
 
         # Daemon: a stream nobody cancels must not keep the interpreter from exiting.
         threading.Thread(target=run, name=self._name, daemon=True).start()
-        started.wait()
+        if not started.wait(10):
+            raise RuntimeError(f"{self._name}: the event loop thread did not start within 10 s")
         self._loop = loop
         return _call_soon(loop)
 

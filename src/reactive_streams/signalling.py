@@ -217,8 +217,11 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
         self._chunk = chunk
         self._demand = 0
         self._subscribed = False
-        # Read once per element by the loop: set by cancel() and by §2.13 violations.
+        # Set by cancel() and by §2.13 violations.
         self._cancelled = False
+        # Read once per element by the loop: set with _cancelled or _failure, so that
+        # either one stops a delivery under way.
+        self._halt = False
         # Terminal state reached and everything released; later calls do nothing.
         self._done = False
         self._failure: BaseException | None = None
@@ -272,6 +275,7 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
             if self._cancelled or self._done:
                 return
             self._cancelled = True
+            self._halt = True
             self._wip += 1
             if self._wip != 1:
                 return
@@ -292,12 +296,14 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                 return
             if self._failure is None:
                 self._failure = error
+                self._halt = True  # §3.9: fail now, even in the middle of a delivery
         self._schedule()
 
     def _dispatch_failed(self, error: BaseException) -> None:
         with self._lock:
             if self._failure is None:
                 self._failure = RuntimeError(f"the publisher's executor refused work: {error!r}")
+                self._halt = True
 
     def _work(self) -> bool:
         if self._done:
@@ -312,13 +318,11 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
             except BaseException as exc:
                 self._violated(subscriber, "on_subscribe", exc)
                 return False
-        if self._cancelled:
-            self._terminate(None)
-            return False
-        if self._failure is not None:
-            self._terminate(self._failure)
+        if self._halt:
+            self._halted()
             return False
         chunk = self._chunk
+        delivered = 0  # in this turn, for the fairness hand-back below
         while True:
             demand = self._demand
             wanted = demand if demand < chunk else chunk
@@ -330,14 +334,14 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                 on_next = subscriber.on_next
                 try:
                     for element in elements:
-                        if self._cancelled:
+                        if self._halt:
                             break  # §3.12: stop signalling as soon as cancel is seen
                         on_next(element)
                 except BaseException as exc:
                     self._violated(subscriber, "on_next", exc)
                     return False
-                if self._cancelled:
-                    self._terminate(None)
+                if self._halt:
+                    self._halted()
                     return False
                 if demand != UNBOUNDED:
                     with self._lock:
@@ -350,12 +354,17 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                 return False
             if len(elements) < wanted or wanted == 0:
                 return False  # nothing more ready now, or no demand: wait for a signal
-            if self._dispatch is not None and len(elements) == chunk:
-                return True  # a full chunk sent: give other work on the dispatcher a turn
+            delivered += len(elements)
+            if self._dispatch is not None and delivered >= CHUNK:
+                return True  # give other work on the dispatcher a turn
+
+    def _halted(self) -> None:
+        """Cancelled (nothing more is signalled) or failed (on_error is signalled)."""
+        self._terminate(None if self._cancelled else self._failure)
 
     def _violated(self, subscriber: Subscriber[T], signal: str, error: BaseException) -> None:
         # §2.13: a subscriber that raises is considered cancelled, and the error reported.
-        self._cancelled = True
+        self._cancelled = self._halt = True
         signal_violation(subscriber, signal, error)
         self._terminate(None)
         if not isinstance(error, Exception):

@@ -11,9 +11,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .api import Publisher, Subscriber, Subscription
 from .runners import ThreadRunner
@@ -35,6 +34,8 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
         self._subscription: Subscription | None = None
         self._outstanding = 0
         self._stopped = False  # cancelled, or a terminal signal handled
+        # Set by cancel() on any thread; acted on by the thread handling signals (§2.7).
+        self._cancel_requested = False
         self._finished = threading.Event()
         self._error: BaseException | None = None
 
@@ -81,17 +82,25 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
             subscription.cancel()  # §2.5: one active subscription at a time
             return
         self._subscription = subscription
+        if self._cancel_requested:
+            self._stop(None)  # cancelled before the subscription arrived
+            return
         self._outstanding = self.batch_size
         subscription.request(self.batch_size)
 
     def _handle_next(self, element: T) -> None:
         if self._stopped:
             return  # §2.8: elements may still arrive after cancel
+        if self._cancel_requested:
+            self._stop(None)
+            return
         self._outstanding -= 1
         try:
             keep = self.on_element(element)
-        except Exception as exc:
+        except BaseException as exc:
             self._stop(exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: not ours to absorb
             return
         if keep is False:
             self._stop(None)
@@ -155,25 +164,44 @@ class SyncSubscriber(_BatchingSubscriber[T], Generic[T]):
 
     def __init__(self, batch_size: int = 64) -> None:
         super().__init__(batch_size)
+        # Held while a signal is handled. A cancel() from another thread takes it only if
+        # it is free; otherwise the signal's thread does the cancelling on its way out,
+        # so calls on the subscription stay serial (§2.7) and cancel() never blocks.
+        self._guard = threading.RLock()
 
     def on_subscribe(self, subscription: Subscription) -> None:
         require_not_none(subscription, "on_subscribe's subscription", "§2.13")
-        self._handle_subscribe(subscription)
+        with self._guard:
+            self._handle_subscribe(subscription)
+        self._cancel_if_requested()
 
     def on_next(self, element: T) -> None:
         require_not_none(element, "on_next's element", "§2.13")
-        self._handle_next(element)
+        with self._guard:
+            self._handle_next(element)
+        self._cancel_if_requested()
 
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "on_error's error", "§2.13")
-        self._handle_terminal(error)
+        with self._guard:
+            self._handle_terminal(error)
 
     def on_complete(self) -> None:
-        self._handle_terminal(None)
+        with self._guard:
+            self._handle_terminal(None)
 
     def cancel(self) -> None:
-        """Cancel from any thread (``Subscription.cancel`` is thread-safe, §3.5)."""
-        self._stop(None)
+        """Cancel from any thread; returns at once, even while a signal is handled."""
+        self._cancel_requested = True
+        self._cancel_if_requested()
+
+    def _cancel_if_requested(self) -> None:
+        if self._cancel_requested and not self._stopped and \
+                self._guard.acquire(blocking=False):
+            try:
+                self._stop(None)
+            finally:
+                self._guard.release()
 
 
 class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
@@ -212,7 +240,7 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
             raise TypeError("AsyncSubscriber: executor must be a concurrent.futures.Executor, "
                             f"got {type(executor).__name__}")
         self._runner = ThreadRunner(executor, max_workers=1, name="async-subscriber")
-        self._signals: collections.deque[Callable[[], None]] = collections.deque()
+        self._signals: collections.deque[tuple[str, Any]] = collections.deque()
         self._holds_runner = False
 
     @property
@@ -226,40 +254,49 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
             if not self._holds_runner and not self._stopped:
                 self._holds_runner = True
                 self._dispatch = self._runner.acquire()
-        self._enqueue(lambda: self._handle_subscribe(subscription))
+        self._enqueue("subscribe", subscription)
 
     def on_next(self, element: T) -> None:
         require_not_none(element, "on_next's element", "§2.13")
-        self._enqueue(lambda: self._handle_next(element))
+        self._enqueue("next", element)
 
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "on_error's error", "§2.13")
-        self._enqueue(lambda: self._handle_terminal(error))
+        self._enqueue("error", error)
 
     def on_complete(self) -> None:
-        self._enqueue(lambda: self._handle_terminal(None))
+        self._enqueue("complete", None)
 
     def cancel(self) -> None:
-        """Cancel from any thread; handled in order with the queued signals."""
-        self._enqueue(lambda: self._stop(None))
+        """Cancel from any thread; returns at once. Elements still queued are not handled."""
+        self._cancel_requested = True
+        self._enqueue("cancel", None)
 
-    def _enqueue(self, handle: Callable[[], None]) -> None:
-        self._signals.append(handle)
+    def _enqueue(self, kind: str, value: Any) -> None:
+        self._signals.append((kind, value))
         self._schedule()
 
     def _work(self) -> bool:
         signals = self._signals
-        while signals and not self._stopped:
-            signals.popleft()()
+        while signals:
+            kind, value = signals.popleft()
+            if kind == "subscribe":
+                self._handle_subscribe(value)  # even when stopped: §2.5 cancels it
+            elif self._stopped:
+                continue
+            elif kind == "next":
+                self._handle_next(value)
+            elif kind == "cancel":
+                self._stop(None)
+            else:
+                self._handle_terminal(value if kind == "error" else None)
         if self._stopped:
-            signals.clear()
             with self._lock:
                 holds, self._holds_runner = self._holds_runner, False
-                self._dispatch = None  # late signals are dropped inline
+                self._dispatch = None  # late signals are handled inline, and dropped
             if holds:
                 self._runner.release()
         return False
-
 
 
 def collect(publisher: Publisher[T], timeout: float | None = None,

@@ -149,6 +149,27 @@ def test_fn_error_reaches_every_subscriber_and_cancels_upstream() -> None:
         r.assert_clean()
 
 
+def test_elements_arriving_after_an_fn_error_are_dropped() -> None:
+    calls: list[int] = []
+
+    def fragile(x: int) -> int:
+        calls.append(x)
+        if x == 1:
+            raise ZeroDivisionError("x == 1")
+        return x
+
+    processor: MapProcessor[int, int] = MapProcessor(fragile, buffer_size=8)
+    r = Recorder(initial=8)
+    processor.subscribe(r)
+    upstream = _ManualUpstream()
+    processor.on_subscribe(upstream)
+    for i in range(5):  # upstream may still deliver a few after its cancel (§3.12)
+        processor.on_next(i)
+    assert upstream.cancelled and calls == [0, 1]
+    assert processor.upstream_demand >= 0
+    assert r.elements == [0] and [type(e) for e in r.errors] == [ZeroDivisionError]
+
+
 def test_fn_returning_none_is_an_error() -> None:
     processor: MapProcessor[int, Any] = MapProcessor(lambda x: None if x == 1 else x)
     r = Recorder(initial=5)

@@ -347,14 +347,41 @@ def test_async_iterable_is_not_read_ahead_of_demand() -> None:
             produced.append(i)
             yield i
 
-    recorder = Recorder(initial=3)
-    AsyncIterablePublisher(tracked).subscribe(recorder)
-    recorder.wait_for_elements(3)
-    recorder.request(2)
-    recorder.wait_for_elements(5)
-    recorder.cancel()
-    # The generator body runs up to the yield of the element it hands out: no further.
-    assert produced == [0, 1, 2, 3, 4]
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        recorder = Recorder(initial=3)
+        AsyncIterablePublisher(tracked, loop=loop).subscribe(recorder)
+        recorder.wait_for_elements(3)
+        recorder.request(2)
+        recorder.wait_for_elements(5)
+        for _ in range(10):  # give a read-ahead every chance to happen on the loop
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(5)
+        # The generator body runs up to the yield of the element it hands out: no further.
+        assert produced == [0, 1, 2, 3, 4]
+        recorder.cancel()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def test_each_element_is_signalled_as_soon_as_the_iterator_yields_it() -> None:
+    second_wanted = threading.Event()
+
+    def slow() -> Any:
+        yield 1
+        # Blocks until the test has seen 1: holding 1 back would deadlock here.
+        assert second_wanted.wait(10), "element 1 was held back"
+        yield 2
+
+    recorder = Recorder(initial=100)
+    IterablePublisher(slow).subscribe(recorder)
+    recorder.wait_for_elements(1)
+    second_wanted.set()
+    recorder.wait_done()
+    assert recorder.elements == [1, 2] and recorder.completions == 1
 
 
 def test_async_iterable_on_a_borrowed_loop() -> None:

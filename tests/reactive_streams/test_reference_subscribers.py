@@ -137,6 +137,8 @@ def test_none_arguments_raise_type_error(kind: type) -> None:
         subscriber.on_next(None)
     with pytest.raises(TypeError, match="§2.13"):
         subscriber.on_error(None)
+    subscriber.on_complete()  # end it, so an AsyncSubscriber's thread stops
+    subscriber.join(timeout=5)
 
 
 def test_join_times_out_with_a_clear_error() -> None:
@@ -176,16 +178,60 @@ def test_async_subscriber_stops_its_thread_at_the_end() -> None:
     assert not subscriber._runner.running
 
 
-def test_async_subscriber_cancel_from_outside() -> None:
-    subscriber = AsyncKeep(batch_size=2)
+def test_async_subscriber_cancel_from_outside_drops_queued_elements() -> None:
+    gate = threading.Event()
+    subscriber = AsyncKeep(batch_size=4, gate=gate)
     subscription = ManualSubscription()
     subscriber.on_subscribe(subscription)
-    subscriber.on_next(0)
-    subscriber.cancel()
+    for i in range(3):
+        subscriber.on_next(i)  # 0 is being handled (held at the gate); 1 and 2 queue
+    subscriber.cancel()  # returns at once, although the handler is busy
+    gate.set()
     subscriber.join(timeout=5)
     assert subscription.cancelled.wait(5)
-    subscriber.on_next(1)  # §2.8: still accepted after cancel, and ignored
-    assert subscriber.seen == [0]
+    subscriber.on_next(3)  # §2.8: still accepted after cancel, and ignored
+    assert subscriber.seen in ([], [0])  # never the queued 1 and 2
+
+
+def test_async_subscriber_cancelled_before_on_subscribe_cancels_the_subscription() -> None:
+    subscriber = AsyncKeep()
+    subscriber.cancel()
+    publisher = IterablePublisher(lambda: range(10))
+    publisher.subscribe(subscriber)
+    subscriber.join(timeout=5)
+    assert subscriber.seen == []
+    # The publisher's subscription was cancelled, so it released its pool.
+    deadline = threading.Event()
+    for _ in range(200):
+        if not publisher._runner.running:
+            break
+        deadline.wait(0.01)
+    assert not publisher._runner.running
+
+
+def test_sync_subscriber_cancel_from_another_thread_keeps_subscription_calls_serial() -> None:
+    inside = threading.Event()
+    release = threading.Event()
+
+    class Blocking(Keep):
+        def on_element(self, element: Any) -> bool:
+            if element == 0:
+                inside.set()
+                assert release.wait(5)
+            return super().on_element(element)
+
+    subscriber = Blocking(batch_size=2)
+    subscription = ManualSubscription()
+    subscriber.on_subscribe(subscription)
+    worker = threading.Thread(target=subscriber.on_next, args=(0,))
+    worker.start()
+    assert inside.wait(5)
+    subscriber.cancel()  # must not touch the subscription while on_next is running
+    assert not subscription.cancelled.is_set()
+    release.set()
+    worker.join(5)
+    assert subscription.cancelled.is_set()  # done by the signal's thread on its way out
+    assert subscriber.finished
 
 
 def test_collect_returns_every_element_in_order() -> None:

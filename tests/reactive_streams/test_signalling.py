@@ -100,6 +100,20 @@ def test_demand_made_unbounded_during_a_chunk_stays_unbounded() -> None:
     assert emitter.demand == UNBOUNDED
 
 
+def test_illegal_request_during_an_unbounded_delivery_fails_the_stream_at_once() -> None:
+    class Rogue(Recorder):
+        def handle(self, element: Any) -> None:
+            if element == 9:
+                assert self.subscription is not None
+                self.subscription.request(0)  # §3.9, while unbounded demand is served
+
+    recorder = Rogue()
+    Emitter(recorder, Counting()).start()  # endless: only the error can stop it
+    recorder.request(UNBOUNDED)
+    assert len(recorder.elements) == 10
+    assert [type(e) for e in recorder.errors] == [ValueError]
+
+
 def test_request_with_a_non_int_is_signalled_as_type_error() -> None:
     recorder = Recorder()
     Emitter(recorder, Counting(stop=5)).start()
@@ -185,7 +199,7 @@ def test_refused_dispatch_fails_the_stream_inline() -> None:
     assert "refused" in str(recorder.errors[0])
 
 
-def test_signals_are_serialised_when_requests_cancel_and_pushes_race() -> None:
+def test_signals_are_serialised_when_requests_and_pushes_race() -> None:
     """§1.3 under load: elements pushed from one thread, requests from three more."""
     for _ in range(20):
         with ThreadPoolExecutor(3) as pool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -59,4 +58,3 @@ def test_no_module_of_the_package_imports_spark() -> None:
 
 def test_ships_py_typed() -> None:
     assert (PACKAGE / "py.typed").is_file()
-    assert sys.version_info >= (3, 10)
