@@ -3,6 +3,7 @@ reference TCK 1.0.4): subclass a verification class in a file pytest collects, i
 its hooks, and every rule the reference TCK checks runs as a test."""
 
 from .environment import LONG_MAX, TCKTestError, TestEnvironment
+from .processor import IdentityProcessorVerification
 from .publisher import SKIPPING_NO_ERROR_PUBLISHER_AVAILABLE, PublisherVerification
 from .subscriber_blackbox import SubscriberBlackboxVerification
 from .subscriber_whitebox import (
@@ -14,6 +15,7 @@ from .subscriber_whitebox import (
 __all__ = [
     "LONG_MAX",
     "SKIPPING_NO_ERROR_PUBLISHER_AVAILABLE",
+    "IdentityProcessorVerification",
     "PublisherVerification",
     "SubscriberBlackboxVerification",
     "SubscriberPuppet",
