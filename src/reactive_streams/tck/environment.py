@@ -667,8 +667,3 @@ class ManualPublisher(Publisher[T], Generic[T]):
     def is_cancelled(self) -> bool:
         return self.cancelled.is_closed()
 
-
-def run_checked(env: TestEnvironment, body: Callable[[], None]) -> None:
-    """Run a check's body, then raise the first error recorded meanwhile."""
-    body()
-    env.verify_no_async_errors_no_delay()
