@@ -15,7 +15,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Generic, NoReturn, TypeVar
 
 from ..api import Publisher, Subscriber, Subscription
