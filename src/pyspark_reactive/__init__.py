@@ -1,9 +1,12 @@
 """The PySpark connector of pyspark-reactive: Reactive Streams in and out of Spark.
 
-For now it holds :func:`local_session`, the configured local SparkSession used by tests,
-the demo and notebooks; the streaming source and sink come later.
+``spark.readStream.format("reactive")`` (:class:`DefaultSource`, found by Spark with no
+``register`` call) and :func:`read_stream` turn a Publisher into a streaming DataFrame;
+:func:`local_session` is the configured local SparkSession of tests, demo and notebooks.
 """
 
+from .options import OptionError
 from .session import local_session
+from .source import DefaultSource, read_stream
 
-__all__ = ["local_session"]
+__all__ = ["DefaultSource", "OptionError", "local_session", "read_stream"]

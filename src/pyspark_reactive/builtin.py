@@ -1,0 +1,81 @@
+"""Built-in publishers that ``.option("publisher", name)`` selects, so that demos and tests
+need nothing else. Each is a factory called with the reader's options in the source runner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+
+from reactive_streams import IterablePublisher, Publisher, RangePublisher
+from reactive_streams.api import UNBOUNDED
+
+from .options import OptionError
+
+__all__ = ["range_publisher"]
+
+
+def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
+    """Publisher of consecutive integers: the built-in ``range``.
+
+    Parameters
+    ----------
+    options : mapping of str to str
+        ``start`` (int, default 0); ``count`` (int >= 0; omitted: endless);
+        ``rowsPerSecond`` (positive number; omitted: as fast as demand allows).
+
+    Returns
+    -------
+    Publisher of int
+        A synchronous ``RangePublisher`` when unpaced; otherwise a publisher that
+        signals on a thread of its own at the given rate.
+
+    Raises
+    ------
+    OptionError
+        For a value of ``start``, ``count`` or ``rowsPerSecond`` that is not accepted.
+
+    Examples
+    --------
+    >>> from reactive_streams import collect
+    >>> collect(range_publisher({"start": "3", "count": "4"}))
+    [3, 4, 5, 6]
+    """
+    lower = {k.lower(): v for k, v in options.items()}
+    start = _int(lower, "start")
+    start = 0 if start is None else start
+    count = _int(lower, "count")
+    if count is not None and count < 0:
+        raise OptionError("count", lower["count"], "an integer >= 0, or omit it for no end")
+    stop = UNBOUNDED if count is None else start + count
+    rate_text = lower.get("rowspersecond")
+    if rate_text is None:
+        return RangePublisher(start, stop - start)
+    try:
+        rate = float(rate_text)
+    except ValueError:
+        rate = -1.0
+    if not rate > 0:
+        raise OptionError("rowsPerSecond", rate_text, "a positive number")
+    return IterablePublisher(lambda: _paced(start, stop, rate))
+
+
+def _int(options: Mapping[str, str], name: str) -> int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise OptionError(name, text, "an integer") from None
+
+
+def _paced(start: int, stop: int, rate: float) -> Iterator[int]:
+    # Element k is due at began + k / rate; sleeping only until the next one is due keeps
+    # the rate exact over time and lets a cancel take effect within one interval.
+    began = time.monotonic()
+    for k, value in enumerate(range(start, stop)):
+        delay = began + k / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        yield value

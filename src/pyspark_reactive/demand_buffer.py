@@ -1,0 +1,251 @@
+"""The source's subscriber: it holds what the publisher signalled until a micro-batch takes
+it, and keeps ``buffered + outstanding demand <= capacity`` at every moment.
+
+Demand is issued in whole batches: ``capacity`` on subscribe, then, each time a batch is
+taken, exactly as many as were taken. A publisher that keeps up therefore sees one
+``request(capacity)`` per micro-batch. Calls on the subscription are made on one thread
+of the buffer's own (§2.7), so a synchronous publisher fills the next batch while Spark
+processes the current one.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from reactive_streams import Publisher, Subscriber, Subscription
+from reactive_streams.signalling import require_not_none
+
+__all__ = ["DemandBuffer", "PublisherError"]
+
+log = logging.getLogger(__name__)
+
+
+class PublisherError(RuntimeError):
+    """The publisher broke the specification (for example, more elements than demand)."""
+
+
+class DemandBuffer(Subscriber[Any]):
+    """Buffers a publisher's elements against a fixed demand window.
+
+    Parameters
+    ----------
+    capacity : int
+        The window: buffered elements plus outstanding demand never exceed it.
+    own_thread : bool
+        Make calls on the subscription from a thread of the buffer's own (default). When
+        false they are made on the calling thread.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher
+    >>> buffer = DemandBuffer(3)
+    >>> buffer.start(RangePublisher(0, 5))
+    >>> buffer.take(3, wait=5.0)
+    [0, 1, 2]
+    >>> buffer.take(3, wait=5.0)
+    [3, 4]
+    >>> buffer.completed
+    True
+    >>> buffer.close()
+    """
+
+    def __init__(self, capacity: int, *, own_thread: bool = True) -> None:
+        if type(capacity) is not int or capacity < 1:
+            raise ValueError(f"DemandBuffer: capacity must be an int >= 1, got {capacity!r}")
+        self.capacity = capacity
+        self._elements: collections.deque[Any] = collections.deque()
+        self._changed = threading.Condition()
+        self._wanted = 0  # a taker waits until this many are buffered (0: nobody waits)
+        self._subscription: Subscription | None = None
+        self._subscribed = threading.Event()
+        # Both counters have one writer each: _requested the thread that takes, _received
+        # the thread that signals (§1.3 makes on_next serial). Reads are GIL-atomic.
+        self._requested = 0
+        self._received = 0
+        self.max_outstanding = 0  # the most demand ever outstanding, for tests and logs
+        self._terminal: BaseException | None = None
+        self._completed = False
+        self._cancelled = False
+        self._calls_thread: int | None = None
+        # The thread starts with the first call submitted; close() stops it.
+        self._calls = ThreadPoolExecutor(
+            1, thread_name_prefix="reactive-source-demand",
+            initializer=self._note_calls_thread) if own_thread else None
+
+    # -- the Subscriber side (the publisher's threads) -------------------------------------
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        require_not_none(subscription, "the subscription", "§2.13")
+        if self._subscription is not None or self._cancelled:
+            # §2.5: a second subscription (or one after cancel) is cancelled at once.
+            subscription.cancel()
+            return
+        self._subscription = subscription
+        self._subscribed.set()
+        self._request(self.capacity)
+
+    def on_next(self, element: Any) -> None:
+        require_not_none(element, "the element", "§2.13")
+        if self._cancelled:
+            return
+        self._received += 1
+        if self._received > self._requested:
+            # §1.1: more elements than demand. The element is dropped; the error ends the
+            # stream once what was received in time has been taken.
+            self._fail(PublisherError(
+                f"§1.1: the publisher signalled {self._received} elements for a total demand "
+                f"of {self._requested}"))
+            return
+        elements = self._elements
+        elements.append(element)
+        if self._wanted and len(elements) >= self._wanted:
+            with self._changed:
+                self._changed.notify_all()
+
+    def on_error(self, error: BaseException) -> None:
+        require_not_none(error, "the error", "§2.13")
+        self._end(error)
+
+    def on_complete(self) -> None:
+        self._end(None)
+
+    def _end(self, error: BaseException | None) -> None:
+        with self._changed:
+            if self._terminal is None and not self._completed:
+                if error is None:
+                    self._completed = True
+                else:
+                    self._terminal = error
+            self._changed.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        self._end(error)
+        self.cancel(timeout=0)
+
+    # -- the taking side (the source runner's main thread) ---------------------------------
+
+    def start(self, publisher: Publisher[Any]) -> None:
+        """Subscribe to ``publisher``; demand for ``capacity`` follows on_subscribe."""
+        publisher.subscribe(self)
+
+    def _note_calls_thread(self) -> None:
+        self._calls_thread = threading.get_ident()
+
+    @property
+    def buffered(self) -> int:
+        """Elements received and not yet taken."""
+        return len(self._elements)
+
+    @property
+    def outstanding(self) -> int:
+        """Demand requested and not yet met."""
+        return self._requested - self._received
+
+    @property
+    def completed(self) -> bool:
+        """Whether ``on_complete`` arrived and everything received has been taken."""
+        return self._completed and not self._elements
+
+    @property
+    def ended(self) -> bool:
+        """Whether a terminal signal arrived (or the buffer cancelled)."""
+        return self._completed or self._terminal is not None or self._cancelled
+
+    @property
+    def error(self) -> BaseException | None:
+        """The publisher's error, once everything received before it has been taken."""
+        return None if self._elements else self._terminal
+
+    def wait(self, wanted: int, timeout: float, interrupted: Any = None) -> bool:
+        """Wait until ``wanted`` elements are buffered or the stream ended.
+
+        ``interrupted`` is an optional callable checked about once a second; a true result
+        ends the wait early (the source uses it to notice that its parent is gone).
+        """
+        wanted = max(1, min(wanted, self.capacity))
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            self._wanted = wanted
+            try:
+                while len(self._elements) < wanted and not self.ended:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or (interrupted is not None and interrupted()):
+                        break
+                    self._changed.wait(min(left, 1.0))
+            finally:
+                self._wanted = 0
+            return len(self._elements) >= wanted or self.ended
+
+    def take(self, most: int, wait: float = 0.0) -> list[Any]:
+        """Take up to ``most`` buffered elements, waiting up to ``wait`` s for ``most``.
+
+        Demand for as many as were taken is requested at once, so the publisher refills
+        while the caller works.
+        """
+        if wait > 0:
+            self.wait(most, wait)
+        elements = self._elements
+        count = min(most, len(elements))
+        taken = [elements.popleft() for _ in range(count)]
+        if taken and not self.ended:
+            self._request(len(taken))
+        return taken
+
+    def drain(self) -> list[Any]:
+        """Take everything buffered, requesting nothing more (used when stopping)."""
+        elements = self._elements
+        return [elements.popleft() for _ in range(len(elements))]
+
+    def _request(self, n: int) -> None:
+        self._requested += n
+        self.max_outstanding = max(self.max_outstanding, self._requested - self._received)
+        subscription = self._subscription
+        if subscription is None:
+            return  # on_subscribe requests the whole window
+        if self._calls is None:
+            subscription.request(n)
+        else:
+            self._calls.submit(self._call, subscription.request, n)
+
+    def _call(self, method: Any, *args: Any) -> None:
+        try:
+            method(*args)
+        except BaseException as error:  # §3.5/§3.6 allow no raise from request or cancel
+            log.exception("the publisher's subscription raised from %s", method.__name__)
+            self._end(error)
+
+    def cancel(self, timeout: float = 2.0) -> None:
+        """Cancel the subscription (idempotent); wait up to ``timeout`` s for it to be made."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        with self._changed:
+            self._changed.notify_all()
+        subscription, calls = self._subscription, self._calls
+        if subscription is None:
+            return  # on_subscribe cancels what arrives later (§2.5 branch)
+        if calls is None or threading.get_ident() == self._calls_thread:
+            # Inside a request() on the demand thread (a synchronous publisher signalling
+            # there): calling cancel right here is still serial.
+            self._call(subscription.cancel)
+            return
+        # The same thread as every request, so calls stay serial (§2.7).
+        done = calls.submit(self._call, subscription.cancel)
+        if timeout > 0:
+            try:
+                done.result(timeout)
+            except TimeoutError:
+                log.warning("cancel did not complete within %.1f s", timeout)
+
+    def close(self) -> None:
+        """Cancel if still live and stop the demand thread."""
+        if not self.ended:
+            self.cancel()
+        calls, self._calls = self._calls, None
+        if calls is not None:
+            calls.shutdown(wait=False)

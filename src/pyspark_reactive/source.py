@@ -1,0 +1,490 @@
+"""``spark.readStream.format("reactive")``: any Publisher as a micro-batch stream.
+
+The publisher and its subscription live in Spark's source runner process (see DESIGN.md):
+:class:`ReactiveStreamReader` subscribes there on the first ``latestOffset``. Each
+``latestOffset`` cuts a batch of at most ``maxRecordsPerTrigger`` rows from the
+:class:`~pyspark_reactive.demand_buffer.DemandBuffer`, which at once requests as many more,
+converts the rows to Arrow, writes them to the write-ahead log when there is one, and
+returns the end offset. ``partitions`` ships the batch's Arrow rows inside the partitions,
+so ``read`` on the executors only decodes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from ._rows_stub import RowConversionError, RowConverter, arrow_schema  # TEMP
+from .demand_buffer import DemandBuffer
+from .options import (
+    SHIPPED_FACTORY,
+    CaseInsensitiveOptions,
+    SourceOptions,
+    check_wal_location,
+    describe,
+    parse_source_options,
+    resolve_factory,
+)
+from .wal import WalEntry, WriteAheadLog
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources.
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # Spark 4.0/4.1: latestOffset() is called with no arguments.
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in so the reader's bases are the same on every Spark version."""
+
+
+__all__ = ["DEFAULT_SCHEMA", "ArrowPartition", "DefaultSource", "ReactiveStreamReader",
+           "read_stream"]
+
+log = logging.getLogger("pyspark_reactive.source")
+
+DEFAULT_SCHEMA = "value STRING"
+_BUILTIN_SCHEMAS = {"range": "value BIGINT"}
+# Spark warns when a task is larger than 1 MiB; rows travel inside the partitions.
+PARTITION_BYTES = 1 << 20
+# How long a restarted run waits for the stopped one to release the write-ahead log.
+WAL_LOCK_TIMEOUT_S = 30.0
+
+Factory = Callable[[Mapping[str, str]], Any]
+
+
+class DefaultSource(DataSource):
+    """The ``reactive`` streaming data source.
+
+    Found by Spark under the name ``reactive`` with no ``register`` call once the package
+    is installed; ``spark.dataSource.register(DefaultSource)`` works too. Options are
+    validated when the DataFrame is created (``load()``), before any query starts.
+
+    Examples
+    --------
+    >>> df = (spark.readStream.format("reactive")               # doctest: +SKIP
+    ...       .option("publisher", "range").option("maxRecordsPerTrigger", 500).load())
+    """
+
+    # A factory shipped with the class by read_stream(); None: the "publisher" option.
+    _shipped_factory: Factory | None = None
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        shipped = type(self)._shipped_factory is not None
+        self.source_options = parse_source_options(options, shipped_factory=shipped)
+        if not shipped:
+            resolve_factory(self.source_options.publisher)
+        if self.source_options.wal_location is not None:
+            check_wal_location(self.source_options.wal_location)
+
+    @classmethod
+    def name(cls) -> str:
+        return "reactive"
+
+    def schema(self) -> str:
+        return _BUILTIN_SCHEMAS.get(self.source_options.publisher.lower(), DEFAULT_SCHEMA)
+
+    def streamReader(self, schema: StructType) -> ReactiveStreamReader:
+        return ReactiveStreamReader(self.source_options, schema, type(self)._shipped_factory)
+
+
+class ArrowPartition(InputPartition):
+    """A slice of a micro-batch: its rows as an Arrow IPC stream."""
+
+    def __init__(self, start: int, rows: int, payload: bytes) -> None:
+        super().__init__(start)
+        self.start = start
+        self.rows = rows
+        self.payload = payload
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        yield from ipc.open_stream(self.payload)
+
+    def __repr__(self) -> str:
+        return f"ArrowPartition(start={self.start}, rows={self.rows}, bytes={len(self.payload)})"
+
+
+class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stream reader of the ``reactive`` source; its live state exists only in the runner.
+
+    Offsets are ``{"offset": n}``, the count of elements since the stream began.
+    """
+
+    def __init__(self, options: SourceOptions, schema: StructType,
+                 factory: Factory | None) -> None:
+        self.options = options
+        self.schema = schema
+        self._factory = factory
+        self._run: _QueryRun | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks get a copy for read(): no subscription, no threads, no factory.
+        state = self.__dict__.copy()
+        state["_run"] = None
+        state["_factory"] = None
+        return state
+
+    def _live(self) -> _QueryRun:
+        if self._run is None:
+            self._run = _QueryRun(self.options, self.schema, self._factory)
+        return self._run
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": 0}
+
+    def getDefaultReadLimit(self) -> Any:
+        return ReadMaxRows(self.options.max_records_per_trigger)
+
+    def latestOffset(self, start: dict[str, Any] | None = None,
+                     limit: Any = None) -> dict[str, int]:
+        return {"offset": self._live().latest(_offset(start), limit)}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._live().available_now = True
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return self._live().partitions(_offset(start), _offset(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ArrowPartition)
+        return partition.batches()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._live().commit(_offset(end))
+
+    def stop(self) -> None:
+        if self._run is not None:
+            self._run.stop()
+
+
+def _offset(offset: Mapping[str, Any] | None) -> Any:
+    if offset is None:
+        return None
+    value = offset.get("offset")
+    if type(value) is not int or value < 0:
+        raise ValueError(f"reactive source: offset {offset!r} is not {{'offset': n}} with n >= 0")
+    return value
+
+
+class _QueryRun:
+    """Everything one query run holds in the runner: subscription, batches, the log."""
+
+    def __init__(self, options: SourceOptions, schema: StructType,
+                 factory: Factory | None) -> None:
+        self.options = options
+        self.converter = RowConverter(schema)
+        self.arrow_schema = arrow_schema(schema)
+        self.factory = factory
+        self.available_now = False
+        self.buffer: DemandBuffer | None = None
+        self.cursor: int | None = None  # where the next batch starts (Spark 4.0/4.1)
+        # Batches cut in this run and not yet committed: start -> (end, rows).
+        self.batches: dict[int, tuple[int, pa.Table]] = {}
+        self.deferred: RowConversionError | None = None
+        self.parent = os.getppid()
+        self._busy = False
+        self._terminating = False
+        self.wal: WriteAheadLog | None = None
+        if options.wal_location is not None:
+            self.wal = WriteAheadLog(options.wal_location)
+            self.wal.lock(WAL_LOCK_TIMEOUT_S)
+        else:
+            log.warning("reactive source: no walLocation, so rows the publisher signalled but "
+                        "Spark has not yet processed are lost if the query stops or fails "
+                        "(at-most-once for them); set walLocation for exactly-once. %s",
+                        describe(options))
+        # Batches a stopped run left in the log that this run has not committed yet.
+        self.recovered: dict[int, WalEntry] = {
+            entry.start: entry for entry in (self.wal.entries() if self.wal else [])}
+        self._install_sigterm()
+
+    # -- Spark's calls -------------------------------------------------------------------
+
+    def latest(self, start: int | None, limit: Any) -> int:
+        if start is None:  # Spark 4.0/4.1
+            start = self._resume_point() if self.cursor is None else self.cursor
+        self.cursor = start
+        stored = self._stored_end(start)
+        if stored is not None:
+            # A batch cut before (by this run or a stopped one) that Spark has not
+            # planned yet: offer exactly it again.
+            self.cursor = stored
+            return stored
+        if self.deferred is not None:
+            raise self.deferred
+        buffer = self._subscribed()
+        most = self.options.max_records_per_trigger
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            most = max(1, min(most, limit.max_rows))
+        buffer.wait(most, self.options.fill_wait_ms / 1000, self._orphaned)
+        self._check_orphaned()
+        self._busy = True
+        try:
+            elements = buffer.take(most)
+            if not elements:
+                if buffer.error is not None:
+                    raise _publisher_failed(self.options, buffer.error)
+                return start
+            end = self._store(start, elements)
+            self.cursor = end
+            return end
+        finally:
+            self._busy = False
+            if self._terminating:
+                self._shutdown_and_exit()
+
+    def partitions(self, start: int, end: int) -> list[InputPartition]:
+        # Spark 4.0/4.1 tell a restarted run where the stream stands only here.
+        self.cursor = max(self.cursor or 0, end)
+        if end <= start:
+            return []
+        table = self._rows(start, end)
+        if table is None:
+            log.warning("reactive source: the rows for offsets [%d, %d) are gone (no "
+                        "walLocation, or its entries were deleted); that batch is empty",
+                        start, end)
+            return []
+        return _split(table, start, self.options.num_partitions)
+
+    def commit(self, end: int) -> None:
+        for start in [s for s, (e, _) in self.batches.items() if e <= end]:
+            del self.batches[start]
+        for start in [s for s, entry in self.recovered.items() if entry.end <= end]:
+            del self.recovered[start]
+        if self.wal is not None:
+            self.wal.commit(end)
+
+    def stop(self) -> None:
+        self._shutdown()
+
+    # -- batches -------------------------------------------------------------------------
+
+    def _store(self, start: int, elements: list[Any]) -> int:
+        batch, error = self.converter.convert(elements, start)
+        if error is not None:
+            # The rows before the bad element make a batch of their own; the error fails
+            # the query at the next call, once they are safe.
+            self.deferred = error
+            if batch.num_rows == 0:
+                raise error
+        table = pa.Table.from_batches([batch], schema=self.arrow_schema)
+        end = start + table.num_rows
+        if self.wal is not None:
+            self.wal.write(WalEntry(start, end), table.to_batches(), self.arrow_schema)
+        self.batches[start] = (end, table)
+        return end
+
+    def _stored_end(self, start: int) -> int | None:
+        if start in self.batches:
+            return self.batches[start][0]
+        if start in self.recovered:
+            return self.recovered[start].end
+        return None
+
+    def _rows(self, start: int, end: int) -> pa.Table | None:
+        known: dict[int, tuple[int, WalEntry | None]] = {
+            s: (e, None) for s, (e, _) in self.batches.items()}
+        for entry in self.recovered.values():
+            known.setdefault(entry.start, (entry.end, entry))
+        pieces = []
+        position = start
+        while position < end:
+            found = next(((s, e, w) for s, (e, w) in known.items() if s <= position < e), None)
+            if found is None:
+                return None
+            first, last, logged = found
+            if logged is None:
+                rows = self.batches[first][1]
+            else:
+                assert self.wal is not None
+                rows = self.wal.read(logged)
+            upto = min(end, last)
+            pieces.append(rows.slice(position - first, upto - position))
+            position = upto
+        return pa.concat_tables(pieces)
+
+    def _resume_point(self) -> int:
+        # Spark 4.0/4.1 never says where a restarted query resumes; the log knows.
+        if self.wal is not None:
+            committed = self.wal.committed()
+            if committed is not None:
+                return committed
+        return 0
+
+    # -- the subscription ----------------------------------------------------------------
+
+    def _subscribed(self) -> DemandBuffer:
+        if self.buffer is None:
+            factory = self.factory or resolve_factory(self.options.publisher)
+            publisher = factory(CaseInsensitiveOptions(self.options.raw))
+            if not callable(getattr(publisher, "subscribe", None)):
+                name = ("the factory given to read_stream()" if self.factory
+                        else f"publisher={self.options.publisher!r}")
+                raise TypeError(f"reactive source: {name} returned "
+                                f"{type(publisher).__name__}, not a Publisher")
+            self.buffer = DemandBuffer(self.options.max_records_per_trigger)
+            log.info("reactive source: subscribing to %r (%s)", publisher, describe(self.options))
+            self.buffer.start(publisher)
+        return self.buffer
+
+    def _orphaned(self) -> bool:
+        return os.getppid() != self.parent
+
+    def _check_orphaned(self) -> None:
+        if self._orphaned():
+            log.warning("reactive source: the JVM that started this runner is gone; stopping")
+            self._shutdown_and_exit()
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _install_sigterm(self) -> None:
+        # Spark ends the runner with SIGTERM rather than stop(). Only the main thread may
+        # install handlers; the runner calls us there.
+        try:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:
+            log.debug("not on the main thread: no SIGTERM handler")
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._terminating:
+            return  # a repeated SIGTERM must not cut short the shutdown under way
+        self._terminating = True
+        if not self._busy:  # else the call under way finishes its batch, then exits
+            self._shutdown_and_exit()
+
+    def _shutdown(self) -> None:
+        buffer, self.buffer = self.buffer, None
+        if buffer is None:
+            return
+        buffer.cancel(timeout=1.0)
+        left = buffer.drain()
+        buffer.close()
+        if left and self.wal is not None and self.cursor is not None:
+            # Rows the publisher signalled that Spark never saw: keep them as the batch
+            # the restarted query will be offered after those it already knows of.
+            position = self.cursor
+            while (stored := self._stored_end(position)) is not None:
+                position = stored
+            try:
+                self._store(position, left)
+            except Exception:
+                log.exception("reactive source: could not keep %d buffered rows", len(left))
+            else:
+                log.info("reactive source: kept %d buffered rows in the write-ahead log",
+                         len(left))
+        elif left:
+            log.warning("reactive source: %d buffered rows are lost (no walLocation)", len(left))
+        if self.wal is not None:
+            self.wal.unlock()
+
+    def _shutdown_and_exit(self) -> None:
+        self._terminating = True
+        self._shutdown()
+        logging.shutdown()
+        sys.stderr.flush()
+        # Not sys.exit: a publisher thread blocked in its own code must not keep the
+        # runner alive once the subscription is cancelled and the rows are safe.
+        os._exit(0)
+
+
+def _publisher_failed(options: SourceOptions, error: BaseException) -> BaseException:
+    name = "read_stream()" if options.publisher == SHIPPED_FACTORY else options.publisher
+    failure = RuntimeError(f"reactive source: the publisher ({name}) signalled on_error: "
+                           f"{type(error).__name__}: {error}")
+    failure.__cause__ = error
+    return failure
+
+
+def _split(table: pa.Table, start: int, count: int | None) -> list[InputPartition]:
+    rows = table.num_rows
+    if count is None:
+        count = max(1, math.ceil(table.nbytes / PARTITION_BYTES))
+    count = max(1, min(count, rows))
+    size = math.ceil(rows / count)
+    partitions: list[InputPartition] = []
+    for offset in range(0, rows, size):
+        piece = table.slice(offset, size)
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, table.schema) as writer:
+            for batch in piece.to_batches():
+                writer.write_batch(batch)
+        partitions.append(ArrowPartition(start + offset, piece.num_rows,
+                                         sink.getvalue().to_pybytes()))
+    return partitions
+
+
+def read_stream(spark: Any, factory: Factory, schema: StructType | str | None = None,
+                **options: Any) -> Any:
+    """A streaming DataFrame of the publisher that ``factory`` makes.
+
+    The factory travels to Spark's source runner with the data source (pickled with
+    cloudpickle), so a lambda or closure defined in a notebook works. It is called once
+    per query run, in the runner, with the options as a mapping.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    factory : callable
+        ``factory(options) -> Publisher``; must be picklable by cloudpickle.
+    schema : StructType or str, optional
+        The rows' schema (a DDL string such as ``"id BIGINT, name STRING"`` works);
+        default ``value STRING``.
+    **options
+        Any option of the ``reactive`` source except ``publisher``; values are turned
+        into strings.
+
+    Returns
+    -------
+    DataFrame
+        A streaming DataFrame.
+
+    Raises
+    ------
+    TypeError
+        When ``factory`` is not callable or cannot be pickled.
+    OptionError
+        For an option whose value is not accepted.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher
+    >>> df = read_stream(spark, lambda opts: RangePublisher(0, 10),  # doctest: +SKIP
+    ...                  schema="value BIGINT", maxRecordsPerTrigger=5)
+    """
+    import uuid
+
+    if not callable(factory):
+        raise TypeError(f"read_stream: factory must be callable, got {type(factory).__name__}")
+    text_options = {str(k): str(v) for k, v in options.items()}
+    # Validate here too, so the error is a plain Python one raised in the caller's process.
+    parse_source_options(text_options, shipped_factory=True)
+    name = f"reactive_{uuid.uuid4().hex[:12]}"
+    source = type(f"ReactiveSource_{name}", (DefaultSource,), {
+        "_shipped_factory": staticmethod(factory),
+        "name": classmethod(lambda cls: name),
+        "__module__": __name__,
+    })
+    try:
+        spark.dataSource.register(source)
+    except Exception as error:
+        if "pickl" in str(error).lower():
+            raise TypeError(f"read_stream: the factory cannot be pickled for Spark's source "
+                            f"runner: {error}") from error
+        raise
+    reader = spark.readStream.format(name).options(**text_options)
+    if schema is not None:
+        reader = reader.schema(schema)
+    return reader.load()

@@ -1,0 +1,196 @@
+"""Publishers for the source tests. They run in Spark's source runner process, so what they
+observe (every request, the most demand ever outstanding) goes to a file named by the
+``recordTo`` option, which the test reads back. conftest.py puts this folder on the
+runner's PYTHONPATH so ``.option("publisher", "spark_publishers:...")`` imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from reactive_streams import Publisher, RangePublisher, Subscriber, Subscription
+from reactive_streams.api import UNBOUNDED
+from reactive_streams.publishers import IterablePublisher
+
+
+class Recording:
+    """What a recording publisher wrote: its requests and the most demand outstanding."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.requests: list[int] = []
+        self.max_outstanding = 0
+        self.delivered = 0
+        self.cancelled = False
+        if os.path.exists(path):
+            with open(path) as handle:
+                for line in handle:
+                    record = json.loads(line)
+                    if "request" in record:
+                        self.requests.append(record["request"])
+                    self.max_outstanding = max(self.max_outstanding,
+                                               record.get("outstanding", 0))
+                    self.delivered = max(self.delivered, record.get("delivered", 0))
+                    self.cancelled = self.cancelled or record.get("cancelled", False)
+
+
+class _RecordingSubscription(Subscription, Subscriber[Any]):
+    """Sits between the publisher and the source's subscriber, writing down demand."""
+
+    def __init__(self, downstream: Subscriber[Any], path: str) -> None:
+        self.downstream = downstream
+        self.path = path
+        self.upstream: Subscription | None = None
+        self.outstanding = 0
+        self.delivered = 0
+        self.lock = threading.Lock()
+
+    def _write(self, **record: Any) -> None:
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def request(self, n: int) -> None:
+        with self.lock:
+            self.outstanding = min(UNBOUNDED, self.outstanding + n)
+            self._write(request=n, outstanding=self.outstanding, delivered=self.delivered)
+        assert self.upstream is not None
+        self.upstream.request(n)
+
+    def cancel(self) -> None:
+        self._write(cancelled=True, delivered=self.delivered)
+        assert self.upstream is not None
+        self.upstream.cancel()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.upstream = subscription
+        self.downstream.on_subscribe(self)
+
+    def on_next(self, element: Any) -> None:
+        with self.lock:
+            self.outstanding -= 1
+            self.delivered += 1
+        self.downstream.on_next(element)
+
+    def on_error(self, error: BaseException) -> None:
+        self.downstream.on_error(error)
+
+    def on_complete(self) -> None:
+        self._write(complete=True, delivered=self.delivered)
+        self.downstream.on_complete()
+
+
+class RecordingPublisher(Publisher[Any]):
+    def __init__(self, inner: Publisher[Any], path: str) -> None:
+        self.inner = inner
+        self.path = path
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        self.inner.subscribe(_RecordingSubscription(subscriber, self.path))
+
+
+def recorded_range(options: Mapping[str, str]) -> Publisher[int]:
+    """``range`` of ``count`` ints (endless without ``count``), recording demand."""
+    count = int(options["count"]) if "count" in options else UNBOUNDED
+    return RecordingPublisher(RangePublisher(0, count), options["recordTo"])
+
+
+def failing(options: Mapping[str, str]) -> Publisher[int]:
+    """``count`` ints, then ``on_error(ValueError(message))``."""
+    count, message = int(options["count"]), options["message"]
+
+    def elements() -> Any:
+        yield from range(count)
+        raise ValueError(message)
+
+    return IterablePublisher(elements)
+
+
+def not_a_publisher(options: Mapping[str, str]) -> object:
+    return [1, 2, 3]
+
+
+def pairs(options: Mapping[str, str]) -> Publisher[Any]:
+    """Elements of several shapes for a ``id BIGINT, name STRING`` schema; the one at
+    ``badAt`` (if given) does not fit."""
+    count = int(options["count"])
+    bad = int(options.get("badAt", -1))
+
+    def element(i: int) -> Any:
+        if i == bad:
+            return (i, "name", "one column too many")
+        shapes = [(i, f"n{i}"), [i, f"n{i}"], {"id": i, "name": f"n{i}"}]
+        return shapes[i % 3]
+
+    return IterablePublisher([element(i) for i in range(count)])
+
+
+class _Ledger:
+    """A durable cursor: how many elements were ever handed out, across query runs."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> int:
+        try:
+            with open(self.path) as handle:
+                return int(handle.read() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def write(self, value: int) -> None:
+        temporary = f"{self.path}.tmp"
+        with open(temporary, "w") as handle:
+            handle.write(str(value))
+        os.replace(temporary, self.path)
+
+
+class _LedgerSubscription(Subscription):
+    def __init__(self, subscriber: Subscriber[int], ledger: _Ledger, total: int) -> None:
+        self.subscriber = subscriber
+        self.ledger = ledger
+        self.total = total
+        self.lock = threading.RLock()
+        self.demand = 0
+        self.cancelled = False
+        self.emitting = False
+
+    def request(self, n: int) -> None:
+        # Synchronous and serial: each element is counted as handed out in the ledger
+        # before on_next, as a message queue would mark it consumed.
+        with self.lock:
+            self.demand += n
+            if self.emitting:
+                return
+            self.emitting = True
+            try:
+                while self.demand > 0 and not self.cancelled:
+                    position = self.ledger.read()
+                    if position >= self.total:
+                        self.cancelled = True
+                        self.subscriber.on_complete()
+                        return
+                    self.ledger.write(position + 1)
+                    self.demand -= 1
+                    self.subscriber.on_next(position)
+            finally:
+                self.emitting = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class LedgerPublisher(Publisher[int]):
+    def __init__(self, path: str, total: int) -> None:
+        self.ledger = _Ledger(path)
+        self.total = total
+
+    def subscribe(self, subscriber: Subscriber[int]) -> None:
+        subscriber.on_subscribe(_LedgerSubscription(subscriber, self.ledger, self.total))
+
+
+def ledger(options: Mapping[str, str]) -> Publisher[int]:
+    """0, 1, ... ``total - 1``, each handed out once across every query run."""
+    return LedgerPublisher(options["ledger"], int(options["total"]))

@@ -1,0 +1,96 @@
+"""Waiting on streaming queries by their events, never by sleeping.
+
+:class:`ProgressWatch` is a ``StreamingQueryListener``: Spark posts every query's progress
+and termination to it, and tests wait on a condition until what they need has happened.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+
+class ProgressWatch(StreamingQueryListener):
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.progress: dict[str, list[Any]] = defaultdict(list)
+        self.terminated: dict[str, str | None] = {}
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        with self._changed:
+            self.progress[str(event.progress.id)].append(event.progress)
+            self._changed.notify_all()
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        with self._changed:
+            self.terminated[str(event.id)] = event.exception
+            self._changed.notify_all()
+
+    def batch_sizes(self, query: StreamingQuery) -> list[int]:
+        """Rows of each micro-batch that had any, in batch order."""
+        with self._changed:
+            events = list(self.progress[str(query.id)])
+        return [p.numInputRows for p in sorted(events, key=lambda p: p.batchId)
+                if p.numInputRows > 0]
+
+    def end_offset(self, query: StreamingQuery) -> int:
+        """The reactive source's end offset of the query's latest reported batch."""
+        with self._changed:
+            events = list(self.progress[str(query.id)])
+        ends = [json.loads(p.sources[0].endOffset)["offset"] for p in events
+                if p.sources and p.sources[0].endOffset]
+        return max(ends, default=0)
+
+    def rows(self, query: StreamingQuery) -> int:
+        return sum(self.batch_sizes(query))
+
+    def wait_for(self, query: StreamingQuery, done: Callable[[], bool],
+                 timeout: float = 120.0, what: str = "the condition") -> None:
+        """Wait until ``done()`` holds; fail at once if the query ends with an error."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not done():
+                query_id = str(query.id)
+                if self.terminated.get(query_id):
+                    raise AssertionError(
+                        f"query failed while waiting for {what}: {self.terminated[query_id]}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
+                                         f"batches so far: {self.batch_sizes(query)}")
+                self._changed.wait(left)
+
+    def wait_rows(self, query: StreamingQuery, rows: int, timeout: float = 120.0) -> None:
+        self.wait_for(query, lambda: self.rows(query) >= rows, timeout, f"{rows} rows")
+
+    def wait_batches(self, query: StreamingQuery, batches: int, timeout: float = 120.0) -> None:
+        self.wait_for(query, lambda: len(self.batch_sizes(query)) >= batches, timeout,
+                      f"{batches} non-empty batches")
+
+    def wait_terminated(self, query: StreamingQuery, timeout: float = 120.0) -> str | None:
+        """Wait for the query to end; return its exception text (None: ended cleanly)."""
+        query_id = str(query.id)
+        with self._changed:
+            if not self._changed.wait_for(lambda: query_id in self.terminated, timeout):
+                raise AssertionError(f"query did not terminate within {timeout} s; batches: "
+                                     f"{self.batch_sizes(query)}")
+            return self.terminated[query_id]
+
+
+def install(spark: SparkSession) -> ProgressWatch:
+    watch = ProgressWatch()
+    spark.streams.addListener(watch)
+    return watch

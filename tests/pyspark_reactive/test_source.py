@@ -1,0 +1,249 @@
+"""spark.readStream.format("reactive") with real Spark: demand per micro-batch, rows,
+availableNow, errors, exactly-once restart with a write-ahead log, and bad options."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from chispa import assert_df_equality
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import DataStreamReader, StreamingQuery
+from spark_publishers import Recording
+from streaming import ProgressWatch, install
+
+from pyspark_reactive import DefaultSource, read_stream
+
+# Spark 4.0/4.1 have no admission control for Python sources (see the README).
+SPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
+ADMISSION_CONTROL = SPARK >= (4, 2)
+
+
+@pytest.fixture(scope="module")
+def watch(spark: SparkSession) -> Iterator[ProgressWatch]:
+    listener = install(spark)
+    yield listener
+    spark.streams.removeListener(listener)
+
+
+@pytest.fixture
+def queries() -> Iterator[list[StreamingQuery]]:
+    """Queries a test starts; whatever is still running at its end is stopped."""
+    started: list[StreamingQuery] = []
+    yield started
+    for query in started:
+        if query.isActive:
+            query.stop()
+
+
+def reactive(spark: SparkSession, **options: Any) -> DataStreamReader:
+    reader = spark.readStream.format("reactive")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader
+
+
+def to_memory(df: Any, queries: list[StreamingQuery], tmp_path: Path,
+              **trigger: Any) -> tuple[StreamingQuery, str]:
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    writer = (df.writeStream.format("memory").queryName(name)
+              .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}")))
+    if trigger:
+        writer = writer.trigger(**trigger)
+    query = writer.start()
+    queries.append(query)
+    return query, name
+
+
+def test_finite_publisher_in_batches_of_max_records(spark: SparkSession, watch: ProgressWatch,
+                                                    queries: list[StreamingQuery],
+                                                    tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    df = reactive(spark, publisher="spark_publishers:recorded_range", count=2345,
+                  recordTo=record, maxRecordsPerTrigger=500).schema("value BIGINT").load()
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_rows(query, 2345)
+
+    expected = spark.range(2345).withColumnRenamed("id", "value")
+    assert_df_equality(spark.table(name), expected, ignore_row_order=True,
+                       ignore_nullable=True)
+    assert watch.batch_sizes(query) == [500, 500, 500, 500, 345]
+    seen = Recording(record)
+    # One request(500) per batch: the first on subscribe, one more per batch cut.
+    assert seen.requests and set(seen.requests) == {500}, seen.requests
+    assert len(seen.requests) == 5
+    assert seen.max_outstanding <= 500
+
+
+def test_endless_publisher_keeps_demand_within_one_batch(spark: SparkSession,
+                                                         watch: ProgressWatch,
+                                                         queries: list[StreamingQuery],
+                                                         tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    df = reactive(spark, publisher="spark_publishers:recorded_range", recordTo=record,
+                  maxRecordsPerTrigger=1000).schema("value BIGINT").load()
+    query, _ = to_memory(df, queries, tmp_path)
+    watch.wait_batches(query, 20)
+    query.stop()
+
+    assert watch.batch_sizes(query)[:20] == [1000] * 20
+    seen = Recording(record)
+    assert set(seen.requests) == {1000}
+    assert 1 <= seen.max_outstanding <= 1000
+    # Demand follows cuts only: the first request on subscribe, then one per batch that
+    # Spark logged, plus at most one for a batch being cut as the query stopped.
+    logged = len(list((tmp_path / f"checkpoint-{query.name}" / "offsets").glob("[0-9]*")))
+    assert logged + 1 <= len(seen.requests) <= logged + 2
+    assert seen.cancelled, "query.stop() must cancel the subscription"
+
+
+def test_builtin_range_needs_no_schema_and_is_found_without_register(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", start=10, count=25, maxRecordsPerTrigger=10).load()
+    assert df.schema.simpleString() == "struct<value:bigint>"
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_rows(query, 25)
+    assert sorted(r.value for r in spark.table(name).collect()) == list(range(10, 35))
+    assert watch.batch_sizes(query) == [10, 10, 5]
+
+
+def test_register_works_too(spark: SparkSession) -> None:
+    if SPARK < (4, 1):
+        # Spark 4.0 refuses to register again a name it found on its own (see README).
+        with pytest.raises(Exception, match="DATA_SOURCE_ALREADY_EXISTS"):
+            spark.dataSource.register(DefaultSource)
+    else:
+        spark.dataSource.register(DefaultSource)
+    df = reactive(spark, publisher="range", count=3).load()
+    assert df.isStreaming
+
+
+def test_available_now_drains_the_publisher_and_stops(spark: SparkSession,
+                                                      watch: ProgressWatch,
+                                                      queries: list[StreamingQuery],
+                                                      tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=2345, maxRecordsPerTrigger=500).load()
+    query, name = to_memory(df, queries, tmp_path, availableNow=True)
+    assert watch.wait_terminated(query) is None
+    rows = sorted(r.value for r in spark.table(name).collect())
+    if ADMISSION_CONTROL:
+        assert rows == list(range(2345))
+        assert watch.batch_sizes(query) == [500, 500, 500, 500, 345]
+    else:
+        # Spark 4.0/4.1 asks a Python source for its latest offset once: one batch.
+        assert rows == list(range(500))
+
+
+def test_read_stream_ships_a_closure(spark: SparkSession, watch: ProgressWatch,
+                                     queries: list[StreamingQuery], tmp_path: Path) -> None:
+    words = ["alpha", "beta", "gamma"]
+
+    def factory(options: Any) -> Any:
+        from reactive_streams.publishers import IterablePublisher
+        offset = int(options["shift"])
+        return IterablePublisher([(i + offset, words[i % 3]) for i in range(30)])
+
+    df = read_stream(spark, factory, schema="id BIGINT, word STRING", shift=100,
+                     maxRecordsPerTrigger=8)
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_rows(query, 30)
+    got = sorted((r.id, r.word) for r in spark.table(name).collect())
+    assert got == [(i + 100, words[i % 3]) for i in range(30)]
+    assert max(watch.batch_sizes(query)) <= 8
+
+
+def test_publisher_error_fails_the_query_after_the_rows_before_it(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    df = reactive(spark, publisher="spark_publishers:failing", count=42,
+                  message="broker went away #42", maxRecordsPerTrigger=10).schema(
+                      "value BIGINT").load()
+    query, name = to_memory(df, queries, tmp_path)
+    error = watch.wait_terminated(query)
+    assert error is not None and "broker went away #42" in error
+    with pytest.raises(StreamingQueryException, match="broker went away #42"):
+        query.awaitTermination()
+    assert sorted(r.value for r in spark.table(name).collect()) == list(range(42))
+
+
+def test_element_that_does_not_fit_names_its_offset_and_keeps_the_rows_before(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    df = (reactive(spark, publisher="spark_publishers:pairs", count=50, badAt=37,
+                   maxRecordsPerTrigger=20)
+          .schema("id BIGINT, name STRING").load())
+    query, name = to_memory(df, queries, tmp_path)
+    error = watch.wait_terminated(query)
+    assert error is not None and "offset 37" in error, error
+    assert "one column too many" in error
+    got = sorted((r.id, r.name) for r in spark.table(name).collect())
+    assert got == [(i, f"n{i}") for i in range(37)]
+
+
+def test_restart_with_wal_gives_every_row_exactly_once(spark: SparkSession,
+                                                       watch: ProgressWatch,
+                                                       queries: list[StreamingQuery],
+                                                       tmp_path: Path) -> None:
+    total = 3000
+    options = dict(publisher="spark_publishers:ledger", ledger=tmp_path / "ledger",
+                   total=total, maxRecordsPerTrigger=100, walLocation=tmp_path / "wal")
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start() -> StreamingQuery:
+        df = reactive(spark, **options).schema("value BIGINT").load()
+        query = (df.writeStream.format("parquet").option("path", str(output))
+                 .option("checkpointLocation", str(checkpoint)).start())
+        queries.append(query)
+        return query
+
+    first = start()
+    watch.wait_batches(first, 3)
+    first.stop()
+    assert watch.end_offset(first) < total, "the first run must stop mid-stream"
+
+    second = start()
+    watch.wait_for(second, lambda: watch.end_offset(second) >= total, what="the last offset")
+    second.stop()
+    values = sorted(r.value for r in spark.read.parquet(str(output)).collect())
+    assert values == list(range(total))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({}, "option publisher=None"),
+    ({"publisher": "no_such_module_xyz:make"}, "importing 'no_such_module_xyz' failed"),
+    ({"publisher": "spark_publishers:no_such_factory"}, "has no attribute 'no_such_factory'"),
+    ({"publisher": "spark_publishers"}, "package.module:factory"),
+    ({"publisher": "range", "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger='0'"),
+    ({"publisher": "range", "maxRecordsPerTrigger": "-5"}, "maxRecordsPerTrigger='-5'"),
+    ({"publisher": "range", "maxRecordsPerTrigger": "ten"}, "maxRecordsPerTrigger='ten'"),
+    ({"publisher": "range", "maxRecordsPerTrigger": "2.5"}, "a positive integer"),
+    ({"publisher": "range", "numPartitions": "0"}, "numPartitions='0'"),
+])
+def test_bad_options_fail_at_load(spark: SparkSession, options: dict[str, str],
+                                  message: str) -> None:
+    with pytest.raises(Exception, match=message.replace("(", r"\(").replace(".", r"\.")):
+        reactive(spark, **options).load()
+
+
+def test_unwritable_wal_location_fails_at_load(spark: SparkSession, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(Exception, match="walLocation=.*a writable directory"):
+        reactive(spark, publisher="range", walLocation=blocker / "wal").load()
+
+
+def test_factory_that_returns_no_publisher_fails_the_query_before_any_batch(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    df = reactive(spark, publisher="spark_publishers:not_a_publisher").load()
+    query, _ = to_memory(df, queries, tmp_path)
+    error = watch.wait_terminated(query)
+    assert error is not None
+    assert "publisher='spark_publishers:not_a_publisher' returned list, not a Publisher" in error
+    assert watch.batch_sizes(query) == []
