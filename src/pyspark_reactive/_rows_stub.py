@@ -40,6 +40,13 @@ class RowConverter:
         raise ValueError("not a row")
 
     def convert(self, elements: list[Any], first_offset: int):
+        if len(self.names) == 1 and str(self.arrow[0].type) == "int64":
+            import numpy as np
+            try:
+                arr = pa.array(np.fromiter(elements, dtype=np.int64, count=len(elements)))
+                return pa.RecordBatch.from_arrays([arr], schema=self.arrow), None
+            except Exception:
+                pass
         rows = []
         error = None
         for i, e in enumerate(elements):
