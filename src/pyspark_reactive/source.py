@@ -24,7 +24,6 @@ import pyarrow.ipc as ipc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ._rows_stub import RowConversionError, RowConverter, arrow_schema  # TEMP
 from .demand_buffer import DemandBuffer
 from .options import (
     SHIPPED_FACTORY,
@@ -35,6 +34,7 @@ from .options import (
     parse_source_options,
     resolve_factory,
 )
+from .rows import RowConversionError, RowConverter, arrow_schema
 from .wal import WalEntry, WriteAheadLog
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources.
@@ -153,7 +153,11 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": self._live().latest(_offset(start), limit)}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._live().available_now = True
+        # What a push-based publisher "has now" is what it signals without a pause longer
+        # than fillWaitMs; latestOffset returns its start once it pauses or completes,
+        # which ends the query. So there is no target offset to record.
+        log.info("reactive source: availableNow reads until the publisher completes or "
+                 "pauses for %d ms", self.options.fill_wait_ms)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return self._live().partitions(_offset(start), _offset(end))
@@ -188,7 +192,6 @@ class _QueryRun:
         self.converter = RowConverter(schema)
         self.arrow_schema = arrow_schema(schema)
         self.factory = factory
-        self.available_now = False
         self.buffer: DemandBuffer | None = None
         self.cursor: int | None = None  # where the next batch starts (Spark 4.0/4.1)
         # Batches cut in this run and not yet committed: start -> (end, rows).

@@ -73,6 +73,8 @@ def test_finite_publisher_in_batches_of_max_records(spark: SparkSession, watch: 
     assert_df_equality(spark.table(name), expected, ignore_row_order=True,
                        ignore_nullable=True)
     assert watch.batch_sizes(query) == [500, 500, 500, 500, 345]
+    # on_complete ends the stream, not the query: a processingTime query stays up.
+    assert query.isActive and query.exception() is None
     seen = Recording(record)
     # One request(500) per batch: the first on subscribe, one more per batch cut.
     assert seen.requests and set(seen.requests) == {500}, seen.requests
@@ -247,3 +249,57 @@ def test_factory_that_returns_no_publisher_fails_the_query_before_any_batch(
     assert error is not None
     assert "publisher='spark_publishers:not_a_publisher' returned list, not a Publisher" in error
     assert watch.batch_sizes(query) == []
+
+
+def test_slow_publisher_gives_what_arrived_within_fill_wait(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=600, rowsPerSecond=300,
+                  maxRecordsPerTrigger=1000, fillWaitMs=50).load()
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_rows(query, 600)
+    sizes = watch.batch_sizes(query)
+    # 2 s of elements: many small batches, none waiting to fill up to 1000.
+    assert len(sizes) >= 2 and max(sizes) < 600, sizes
+    assert [r.value for r in spark.table(name).collect()] == list(range(600))
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"numPartitions": 3}, 3),
+    ({}, 1),  # 2,000 BIGINTs are far below the automatic 1 MiB per partition
+])
+def test_partitions_per_batch(spark: SparkSession, queries: list[StreamingQuery],
+                              tmp_path: Path, options: dict[str, Any], expected: int) -> None:
+    seen: list[int] = []
+
+    def record(batch: Any, batch_id: int) -> None:
+        if not batch.isEmpty():
+            seen.append(batch.rdd.getNumPartitions())
+
+    df = reactive(spark, publisher="range", count=2000, maxRecordsPerTrigger=1000,
+                  **options).load()
+    query = (df.writeStream.foreachBatch(record).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    queries.append(query)
+    query.awaitTermination(120)
+    assert seen and set(seen) == {expected}, seen
+
+
+def test_trigger_once_reads_one_batch(spark: SparkSession, watch: ProgressWatch,
+                                      queries: list[StreamingQuery], tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=2345, maxRecordsPerTrigger=500).load()
+    query, name = to_memory(df, queries, tmp_path, once=True)
+    assert watch.wait_terminated(query) is None
+    assert sorted(r.value for r in spark.table(name).collect()) == list(range(500))
+
+
+def test_read_stream_refuses_a_factory_it_cannot_ship(spark: SparkSession) -> None:
+    import threading
+
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        read_stream(spark, lambda options: lock)
+    with pytest.raises(TypeError, match="factory must be callable"):
+        read_stream(spark, "range")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="option publisher='range'.*not with read_stream"):
+        read_stream(spark, lambda options: None, publisher="range")
