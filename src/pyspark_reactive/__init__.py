@@ -1,12 +1,25 @@
 """The PySpark connector of pyspark-reactive: Reactive Streams in and out of Spark.
 
-``spark.readStream.format("reactive")`` (:class:`DefaultSource`, found by Spark with no
-``register`` call) and :func:`read_stream` turn a Publisher into a streaming DataFrame;
+In: ``spark.readStream.format("reactive")`` (:class:`DefaultSource`, found by Spark with
+no ``register`` call) and :func:`read_stream` turn a Publisher into a streaming DataFrame.
+Out: :func:`publish` and :class:`ForeachBatchPublisher` make a query's output a Publisher;
+:class:`SubscriberForeachWriter` feeds subscribers on the executors.
 :func:`local_session` is the configured local SparkSession of tests, demo and notebooks.
 """
 
+from .foreach_writer import SubscriberForeachWriter
 from .options import OptionError
 from .session import local_session
+from .sink import ForeachBatchPublisher, SparkConnectNotSupported, publish
 from .source import DefaultSource, read_stream
 
-__all__ = ["DefaultSource", "OptionError", "local_session", "read_stream"]
+__all__ = [
+    "DefaultSource",
+    "ForeachBatchPublisher",
+    "OptionError",
+    "SparkConnectNotSupported",
+    "SubscriberForeachWriter",
+    "local_session",
+    "publish",
+    "read_stream",
+]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,8 @@ class Recording:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.requests: list[int] = []
+        # (time.time(), elements delivered before it) of every request
+        self.timeline: list[tuple[float, int]] = []
         self.max_outstanding = 0
         self.delivered = 0
         self.cancelled = False
@@ -31,6 +34,7 @@ class Recording:
                     record = json.loads(line)
                     if "request" in record:
                         self.requests.append(record["request"])
+                        self.timeline.append((record["time"], record["delivered"]))
                     self.max_outstanding = max(self.max_outstanding,
                                                record.get("outstanding", 0))
                     self.delivered = max(self.delivered, record.get("delivered", 0))
@@ -55,7 +59,8 @@ class _RecordingSubscription(Subscription, Subscriber[Any]):
     def request(self, n: int) -> None:
         with self.lock:
             self.outstanding = min(UNBOUNDED, self.outstanding + n)
-            self._write(request=n, outstanding=self.outstanding, delivered=self.delivered)
+            self._write(request=n, outstanding=self.outstanding, delivered=self.delivered,
+                        time=time.time())
         assert self.upstream is not None
         self.upstream.request(n)
 

@@ -1,0 +1,178 @@
+"""``df.writeStream.foreach(SubscriberForeachWriter(factory))``: rows into subscribers that
+live on the executors, one per task, each setting the pace of its own task.
+
+``process(row)`` waits for demand before ``on_next(row)``, so a slow subscriber holds its
+task, the micro-batch ends later and the source behind the query requests no more.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from reactive_streams import Subscriber, Subscription
+from reactive_streams.api import UNBOUNDED
+from reactive_streams.signalling import signal_violation
+
+__all__ = ["SubscriberForeachWriter"]
+
+log = logging.getLogger("pyspark_reactive.foreach_writer")
+
+
+class _TaskSubscription(Subscription):
+    """The subscription a task's subscriber holds: demand, cancel, and nothing else.
+
+    Signals go out only from the task's thread, inside ``process`` and ``close`` (§1.3);
+    ``request`` and ``cancel`` may come from any thread.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.demand = 0
+        self.cancelled = False
+        self.failure: BaseException | None = None
+
+    def request(self, n: int) -> None:
+        with self._changed:
+            if self.cancelled:
+                return  # §3.6
+            if type(n) is not int or n <= 0:
+                # §3.9: a non-positive request is an error signalled through on_error,
+                # never raised; the task's thread signals it.
+                self.failure = self.failure or ValueError(
+                    f"§3.9: request(n) needs n > 0, got {n!r}")
+            else:
+                # §3.17: capped, never overflowing.
+                self.demand = min(UNBOUNDED, self.demand + n)
+            self._changed.notify_all()
+
+    def cancel(self) -> None:
+        # §3.5, §3.7: idempotent, returns at once.
+        with self._changed:
+            self.cancelled = True
+            self._changed.notify_all()
+
+    def wait_for_demand(self, timeout: float | None) -> bool:
+        """Wait until there is demand, a cancel or a failure; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while self.demand == 0 and not self.cancelled and self.failure is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+
+class SubscriberForeachWriter:
+    """A ``foreach`` writer that feeds a subscriber made on the executor for each task.
+
+    Parameters
+    ----------
+    factory : callable
+        ``factory(partition_id, epoch_id) -> Subscriber``, called in ``open`` on the
+        executor; it travels there pickled, so a closure works.
+    demand_timeout : float, optional
+        Seconds ``process`` waits for demand before failing the task; ``None`` (default)
+        waits as long as the subscriber takes.
+
+    Notes
+    -----
+    After the subscriber cancels, the task's remaining rows are dropped (the task still
+    succeeds, so Spark does not run them again); rows are never signalled past a cancel
+    (§3.12). When ``process`` raises or Spark fails the task, ``close`` signals
+    ``on_error``; a subscriber that raises from a signal is treated as cancelled and the
+    error logged (§2.13). Like every ``foreach`` sink, delivery is at-least-once: a
+    retried task or a replayed micro-batch feeds a new subscriber the same rows again.
+
+    Examples
+    --------
+    >>> from reactive_streams import SyncSubscriber
+    >>> class Print(SyncSubscriber):
+    ...     def on_element(self, row):
+    ...         print(row)
+    >>> writer = SubscriberForeachWriter(lambda partition, epoch: Print(batch_size=16))
+    >>> df.writeStream.foreach(writer).start()                       # doctest: +SKIP
+    """
+
+    def __init__(self, factory: Callable[[int, int], Subscriber[Any]],
+                 demand_timeout: float | None = None) -> None:
+        if not callable(factory):
+            raise TypeError(f"SubscriberForeachWriter: factory must be callable, got "
+                            f"{type(factory).__name__}")
+        self.factory = factory
+        self.demand_timeout = demand_timeout
+        self._subscriber: Subscriber[Any] | None = None
+        self._subscription: _TaskSubscription | None = None
+        self.dropped = 0
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        subscriber = self.factory(partition_id, epoch_id)
+        if subscriber is None or not callable(getattr(subscriber, "on_next", None)):
+            raise TypeError(f"SubscriberForeachWriter: the factory returned "
+                            f"{type(subscriber).__name__}, not a Subscriber")
+        self._subscriber = subscriber
+        self._subscription = _TaskSubscription()
+        self._signal("on_subscribe", self._subscription)
+        return True
+
+    def process(self, row: Any) -> None:
+        subscription = self._subscription
+        assert subscription is not None, "process() before open()"
+        if self._subscriber is None or subscription.cancelled:
+            self.dropped += 1
+            return
+        if not subscription.wait_for_demand(self.demand_timeout):
+            raise TimeoutError(f"SubscriberForeachWriter: no demand from the subscriber "
+                               f"within demand_timeout={self.demand_timeout} s")
+        if subscription.failure is not None:
+            self._end(subscription.failure)
+            return
+        if subscription.cancelled:
+            self._release()
+            self.dropped += 1
+            return
+        with subscription._changed:
+            if subscription.demand != UNBOUNDED:
+                subscription.demand -= 1
+        self._signal("on_next", row)
+
+    def close(self, error: BaseException | None) -> None:
+        subscription = self._subscription
+        if self._subscriber is not None and subscription is not None:
+            if subscription.failure is not None:
+                error = subscription.failure
+            if subscription.cancelled:
+                self._release()
+            else:
+                self._end(error)
+        if self.dropped:
+            log.info("SubscriberForeachWriter: %d rows dropped after the subscriber "
+                     "cancelled", self.dropped)
+
+    def _end(self, error: BaseException | None) -> None:
+        if error is None:
+            self._signal("on_complete")
+        else:
+            self._signal("on_error", error)
+        self._release()
+
+    def _release(self) -> None:
+        # §3.13: no reference to the subscriber once the subscription ended.
+        self._subscriber = None
+
+    def _signal(self, name: str, *args: Any) -> None:
+        subscriber = self._subscriber
+        if subscriber is None:
+            return
+        try:
+            getattr(subscriber, name)(*args)
+        except Exception as error:
+            # §2.13: the subscriber broke the rule; treat it as cancelled and say so.
+            signal_violation(subscriber, name, error)
+            if self._subscription is not None:
+                self._subscription.cancel()
+            self._release()

@@ -1,0 +1,359 @@
+"""A streaming query's output as a Publisher: ``df.writeStream.foreachBatch(publisher)``.
+
+Each micro-batch is fetched from the executors a partition at a time (as Arrow, through
+``mapInArrow`` and ``toLocalIterator``), cut into chunks of ``chunk_rows`` rows, and every
+chunk is offered to every current subscriber through an :class:`~reactive_streams.
+signalling.Emitter`, which signals only against demand. The batch function returns to
+Spark once every subscriber has taken the whole batch, so a slow subscriber delays the
+next micro-batch, and the source, asked for nothing more, requests nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from pyspark.sql import DataFrame, Row
+
+from reactive_streams import Publisher, Subscriber
+from reactive_streams.signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+
+__all__ = ["ELEMENT_TYPES", "ForeachBatchPublisher", "SparkConnectNotSupported", "publish"]
+
+log = logging.getLogger("pyspark_reactive.sink")
+
+ELEMENT_TYPES = ("row", "dict", "tuple", "arrow")
+WHEN_UNSUBSCRIBED = ("wait", "stop")
+# How often a wait for subscribers or demand looks whether the query is being stopped.
+_POLL_S = 0.1
+
+CONNECT_MESSAGE = (
+    "ForeachBatchPublisher needs a classic SparkSession: under Spark Connect, foreachBatch "
+    "runs in a process on the server, where the subscribers of this process cannot be "
+    "reached. Use a classic session (SparkSession.builder without .remote(), as "
+    "pyspark_reactive.local_session() makes), or write the stream to a sink your process "
+    "reads, such as a Kafka topic.")
+
+
+class SparkConnectNotSupported(RuntimeError):
+    """ForeachBatchPublisher was used with a Spark Connect session."""
+
+
+class _DeliveryAborted(RuntimeError):
+    """The query is stopping while a batch waits for subscribers or their demand."""
+
+
+class _Mailbox(Source[Any]):
+    """One subscriber's view of the rows on offer: the current chunk, then the end."""
+
+    def __init__(self, publisher: ForeachBatchPublisher) -> None:
+        self.publisher = publisher
+        self.chunk: Sequence[Any] = ()
+        self.taken = 0
+        self.closed = False
+
+    @property
+    def empty(self) -> bool:
+        return self.taken >= len(self.chunk)
+
+    def pull(self, n: int) -> tuple[Sequence[Any], Terminal | None]:
+        low = self.taken
+        high = min(len(self.chunk), low + n)
+        self.taken = high
+        elements = self.chunk[low:high]
+        if high >= len(self.chunk):
+            self.chunk, self.taken = (), 0
+            self.publisher._notify()
+        return elements, (self.publisher._terminal if self.empty else None)
+
+    def close(self) -> None:
+        self.closed = True
+        self.chunk = ()
+        self.publisher._notify()
+
+
+class ForeachBatchPublisher(Publisher[Any]):
+    """A Publisher of a streaming query's rows; give it to ``writeStream.foreachBatch``.
+
+    Every current subscriber receives every row of each micro-batch, in order, never more
+    than it requested. The batch function returns to Spark only when all of them have
+    taken the whole batch (or cancelled), so the slowest subscriber sets the pace of the
+    query. A subscriber that arrives while a batch is being delivered starts with the
+    next chunk of rows (at most ``chunk_rows`` rows later); one that arrives after the
+    stream ended gets the terminal signal at once.
+
+    Parameters
+    ----------
+    element : {"row", "dict", "tuple", "arrow"}
+        What an element is: a ``pyspark.sql.Row`` (default), a dict, a tuple, or a
+        ``pyarrow.RecordBatch`` of up to ``chunk_rows`` rows (then demand counts batches).
+    chunk_rows : int
+        Rows fetched and offered at a time; the driver holds about one partition of the
+        micro-batch plus one chunk, whatever the batch's size.
+    when_unsubscribed : {"wait", "stop"}
+        With no subscriber left (or none yet), ``"wait"`` (default) holds the batch until
+        one subscribes, losing nothing. ``"stop"`` ends the query once its last
+        subscriber has cancelled: the batch under way fails, so the query terminates
+        with an exception saying why, and that batch is not committed (a restart with
+        the same checkpoint delivers it again).
+
+    Raises
+    ------
+    ValueError
+        For an ``element``, ``chunk_rows`` or ``when_unsubscribed`` not accepted.
+
+    Notes
+    -----
+    ``foreachBatch`` is at-least-once per batch: after a failure or a stop, a restarted
+    query with the same checkpoint runs the batches it had not committed again, so a
+    subscriber may see their rows twice. :attr:`batch_id` (the id of the batch being
+    delivered, readable from ``on_next``) lets it drop them: batch ids only grow within
+    one run of a query, and a batch seen again has an id seen before.
+
+    Examples
+    --------
+    >>> publisher = ForeachBatchPublisher(element="dict")              # doctest: +SKIP
+    >>> query = df.writeStream.foreachBatch(publisher).start()         # doctest: +SKIP
+    >>> publisher.watch(query)  # on_complete / on_error when it ends  # doctest: +SKIP
+    """
+
+    def __init__(self, element: str = "row", chunk_rows: int = 1024,
+                 when_unsubscribed: str = "wait") -> None:
+        if element not in ELEMENT_TYPES:
+            raise ValueError(f"ForeachBatchPublisher: element={element!r} is not accepted: "
+                             f"one of {', '.join(ELEMENT_TYPES)}")
+        if type(chunk_rows) is not int or chunk_rows < 1:
+            raise ValueError(f"ForeachBatchPublisher: chunk_rows={chunk_rows!r} is not "
+                             "accepted: a positive int")
+        if when_unsubscribed not in WHEN_UNSUBSCRIBED:
+            raise ValueError(f"ForeachBatchPublisher: when_unsubscribed={when_unsubscribed!r} "
+                             f"is not accepted: one of {', '.join(WHEN_UNSUBSCRIBED)}")
+        self.element = element
+        self.chunk_rows = chunk_rows
+        self.when_unsubscribed = when_unsubscribed
+        self.query: Any = None
+        self.batch_id: int | None = None
+        self.rows_delivered = 0
+        self._changed = threading.Condition()
+        self._outlets: list[tuple[Emitter[Any], _Mailbox]] = []
+        self._terminal: Terminal | None = None
+        self._had_subscriber = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark Connect pickles the foreachBatch function to run it on the server.
+        raise SparkConnectNotSupported(CONNECT_MESSAGE)
+
+    # -- Publisher ------------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        mailbox = _Mailbox(self)
+        emitter: Emitter[Any] = Emitter(subscriber, mailbox)
+        # on_subscribe first, on this thread; only then can a batch offer it rows, so the
+        # two never overlap (§1.3). After the end it gets the terminal signal here too.
+        emitter.start()
+        with self._changed:
+            if not mailbox.closed and self._terminal is None:
+                self._outlets.append((emitter, mailbox))
+                self._had_subscriber = True
+            self._changed.notify_all()
+        if self._terminal is not None:
+            emitter.signal()
+
+    @property
+    def subscribers(self) -> int:
+        """Subscribers currently attached."""
+        with self._changed:
+            return sum(1 for _, mailbox in self._outlets if not mailbox.closed)
+
+    # -- ending the stream ------------------------------------------------------------------
+
+    def complete(self) -> None:
+        """Signal ``on_complete`` to every subscriber, now and later (idempotent)."""
+        self._end(COMPLETE)
+
+    def fail(self, error: BaseException) -> None:
+        """Signal ``on_error(error)`` to every subscriber, now and later."""
+        require_not_none(error, "the error", "§2.13")
+        self._end(error)
+
+    def watch(self, query: Any) -> threading.Thread:
+        """End the stream when ``query`` ends: ``on_complete``, or ``on_error`` with its
+        exception. Returns the (daemon) thread that waits for it."""
+        self.query = query
+
+        def wait() -> None:
+            try:
+                query.awaitTermination()
+            except Exception as error:
+                self.fail(error)
+            else:
+                error = query.exception()
+                self.fail(error) if error is not None else self.complete()
+
+        watcher = threading.Thread(target=wait, name=f"reactive-sink-watch-{query.id}",
+                                   daemon=True)
+        watcher.start()
+        return watcher
+
+    def _end(self, terminal: Terminal) -> None:
+        with self._changed:
+            if self._terminal is not None:
+                return
+            self._terminal = terminal
+            outlets = list(self._outlets)
+            self._outlets.clear()
+            self._changed.notify_all()
+        for emitter, _ in outlets:
+            emitter.signal()
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    # -- foreachBatch -----------------------------------------------------------------------
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Deliver one micro-batch; called by Spark's ``foreachBatch``."""
+        _refuse_connect(batch)
+        self.batch_id = batch_id
+        try:
+            for chunk in self._chunks(batch):
+                self._offer(chunk)
+        except _DeliveryAborted as stop:
+            # Raising keeps Spark from committing a batch that was not delivered.
+            raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
+                               f"{stop}") from None
+
+    def _offer(self, chunk: Sequence[Any]) -> None:
+        """Hand ``chunk`` to every subscriber and wait until each has taken all of it."""
+        while True:
+            with self._changed:
+                outlets = [(e, m) for e, m in self._outlets if not m.closed]
+                self._outlets = outlets
+                if outlets:
+                    for _, mailbox in outlets:
+                        mailbox.chunk, mailbox.taken = chunk, 0
+                    break
+                if self.when_unsubscribed == "stop" and self._had_subscriber:
+                    self._stop_query("its last subscriber cancelled")  # raises
+                self._check_query()
+                self._changed.wait(_POLL_S)
+        for emitter, _ in outlets:
+            emitter.signal()
+        with self._changed:
+            while not all(mailbox.closed or mailbox.empty for _, mailbox in outlets):
+                self._check_query()
+                self._changed.wait(_POLL_S)
+            delivered = any(not mailbox.closed for _, mailbox in outlets)
+        if delivered:
+            self.rows_delivered += sum(len(e) for e in chunk) if self.element == "arrow" \
+                else len(chunk)
+        else:
+            self._offer(chunk)  # everyone cancelled mid-chunk: the next subscriber gets it
+
+    def _check_query(self) -> None:
+        query = self.query
+        if query is not None and not query.isActive:
+            raise _DeliveryAborted("the query is stopping")
+
+    def _stop_query(self, why: str) -> None:
+        # Failing the batch is what stops the query without committing the batch; a clean
+        # query.stop() would wait for this very call to return first.
+        log.warning("ForeachBatchPublisher: ending the query: %s", why)
+        raise _DeliveryAborted(f"{why} (when_unsubscribed='stop')")
+
+    def _chunks(self, batch: DataFrame) -> Iterator[Sequence[Any]]:
+        names = batch.columns
+        make_row = Row(*names) if names else None
+        for blob in batch.mapInArrow(_arrow_to_ipc, "ipc BINARY").toLocalIterator(
+                prefetchPartitions=False):
+            for record_batch in ipc.open_stream(blob.ipc):
+                for low in range(0, record_batch.num_rows, self.chunk_rows):
+                    piece = record_batch.slice(low, self.chunk_rows)
+                    yield _elements(piece, self.element, make_row)
+
+
+def _elements(piece: pa.RecordBatch, element: str,
+              make_row: Callable[..., Row] | None) -> Sequence[Any]:
+    if element == "arrow":
+        return [piece]
+    if element == "dict":
+        rows: list[Any] = piece.to_pylist()
+        return rows
+    tuples = list(zip(*(column.to_pylist() for column in piece.columns), strict=True))
+    if element == "tuple" or make_row is None:
+        return tuples
+    return [make_row(*values) for values in tuples]
+
+
+def _arrow_to_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    # On the executors: each Arrow batch of the partition travels as one binary value,
+    # so the driver receives a few large values instead of one Python object per row.
+    for batch in batches:
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        data = sink.getvalue()
+        # One binary value over the IPC buffer, without copying it.
+        offsets = pa.array([0, data.size], pa.int32()).buffers()[1]
+        value = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])
+        yield pa.RecordBatch.from_arrays([value], names=["ipc"])
+
+
+def _is_connect(obj: Any) -> bool:
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
+def _refuse_connect(df: Any) -> None:
+    if _is_connect(df):
+        raise SparkConnectNotSupported(CONNECT_MESSAGE)
+
+
+def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
+            when_unsubscribed: str = "wait", trigger: dict[str, Any] | None = None,
+            **options: Any) -> ForeachBatchPublisher:
+    """Start a streaming query whose output is a Publisher.
+
+    Parameters
+    ----------
+    df : DataFrame
+        A streaming DataFrame.
+    element, chunk_rows, when_unsubscribed
+        As for :class:`ForeachBatchPublisher`.
+    trigger : dict, optional
+        Given to ``writeStream.trigger(**trigger)``, e.g. ``{"availableNow": True}``.
+    **options
+        ``queryName``, ``outputMode`` and ``checkpointLocation`` go to their
+        ``writeStream`` methods; any other is a ``writeStream.option``.
+
+    Returns
+    -------
+    ForeachBatchPublisher
+        Already started: ``.query`` is the running ``StreamingQuery``, and subscribers get
+        ``on_complete`` or ``on_error`` when it ends.
+
+    Raises
+    ------
+    SparkConnectNotSupported
+        When ``df`` belongs to a Spark Connect session.
+    """
+    _refuse_connect(df)
+    publisher = ForeachBatchPublisher(element=element, chunk_rows=chunk_rows,
+                                      when_unsubscribed=when_unsubscribed)
+    writer = df.writeStream.foreachBatch(publisher)
+    for key, value in options.items():
+        if key == "queryName":
+            writer = writer.queryName(value)
+        elif key == "outputMode":
+            writer = writer.outputMode(value)
+        else:
+            writer = writer.option(key, str(value))
+    if trigger:
+        writer = writer.trigger(**trigger)
+    publisher.watch(writer.start())
+    return publisher

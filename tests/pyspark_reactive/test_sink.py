@@ -1,0 +1,271 @@
+"""A streaming query's output as a Publisher, with real Spark: demand respected row by row,
+backpressure from a slow subscriber back to the source's publisher, bounded driver memory,
+errors, multicast, and the foreach writer feeding subscribers on the executors."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql import SparkSession
+from spark_publishers import Recording
+
+from pyspark_reactive import (
+    ForeachBatchPublisher,
+    SparkConnectNotSupported,
+    SubscriberForeachWriter,
+    publish,
+)
+from pyspark_reactive.foreach_writer import _TaskSubscription
+from reactive_streams import Subscriber, Subscription, SyncSubscriber
+
+
+class Checked(Subscriber[Any]):
+    """Requests ``batch`` at a time once all arrived; records elements, checks §1.1."""
+
+    def __init__(self, batch: int, pause: float = 0.0, take: int | None = None) -> None:
+        self.batch = batch
+        self.pause = pause
+        self.take = take
+        self.elements: list[Any] = []
+        self.outstanding = 0
+        self.violations: list[str] = []
+        self.samples: list[tuple[float, int]] = []
+        self.error: BaseException | None = None
+        self.completed = False
+        self.done = threading.Event()
+        self.subscription: Subscription | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        self.outstanding = self.batch
+        subscription.request(self.batch)
+
+    def on_next(self, element: Any) -> None:
+        if self.outstanding <= 0:
+            self.violations.append(f"§1.1: element {len(self.elements)} without demand")
+        self.outstanding -= 1
+        self.elements.append(element)
+        if self.pause:
+            time.sleep(self.pause)  # the deliberately slow consumer under test
+        if len(self.elements) % 100 == 0:
+            self.samples.append((time.time(), len(self.elements)))
+        if self.take is not None and len(self.elements) >= self.take:
+            assert self.subscription is not None
+            self.subscription.cancel()
+            self.done.set()
+            return
+        if self.outstanding == 0:
+            self.outstanding = self.batch
+            assert self.subscription is not None
+            self.subscription.request(self.batch)
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+    def on_complete(self) -> None:
+        self.completed = True
+        self.done.set()
+
+    def wait_for(self, count: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.elements) < count and not self.done.is_set():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(self.elements)} of {count} rows after {timeout} s")
+            self.done.wait(0.05)
+
+
+def reactive(spark: SparkSession, **options: Any) -> Any:
+    reader = spark.readStream.format("reactive")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader
+
+
+def test_seven_at_a_time_in_order_then_complete(spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=10_000, maxRecordsPerTrigger=3000).load()
+    publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(7)
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(10_000)
+    assert [value for (value,) in subscriber.elements] == list(range(10_000))
+    assert subscriber.violations == [] and subscriber.outstanding <= 7
+    assert not subscriber.done.is_set(), "the stream goes on until the query stops"
+    publisher.query.stop()
+    assert subscriber.done.wait(60) and subscriber.completed and subscriber.error is None
+
+
+def test_backpressure_reaches_the_publisher_behind_the_source(spark: SparkSession,
+                                                             tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    df = (reactive(spark, publisher="spark_publishers:recorded_range", recordTo=record,
+                   maxRecordsPerTrigger=1000).schema("value BIGINT").load())
+    publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(64, pause=0.001)  # one row per millisecond
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(10_500, timeout=180)  # more than 10 batches
+    publisher.query.stop()
+
+    seen = Recording(record)
+    assert len(seen.timeline) >= 11
+    times = [t for t, _ in subscriber.samples]
+    for when, delivered in seen.timeline:
+        # What the subscriber had received by then (sampled every 100 rows).
+        index = bisect.bisect_right(times, when) - 1
+        received = subscriber.samples[index][1] if index >= 0 else 0
+        assert delivered <= received + 2 * 1000 + 100, (when, delivered, received)
+
+
+def test_driver_memory_stays_bounded_for_a_large_batch(spark: SparkSession) -> None:
+    rows = 5_000_000
+    batch = spark.range(rows, numPartitions=8)
+    whole = rows * 8  # the batch as Arrow: one BIGINT column
+    publisher = ForeachBatchPublisher(element="arrow", chunk_rows=4096)
+
+    class Count(SyncSubscriber[Any]):
+        def on_element(self, element: Any) -> None:
+            self.rows = getattr(self, "rows", 0) + element.num_rows
+            self.peak = max(getattr(self, "peak", 0), _rss())
+
+    subscriber = Count(batch_size=16)
+    publisher.subscribe(subscriber)
+    before = _rss()
+    publisher(batch, 0)  # the very call foreachBatch makes
+    assert subscriber.rows == rows
+    assert subscriber.peak - before < whole, (subscriber.peak - before, whole)
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    df = (reactive(spark, publisher="spark_publishers:failing", count=25,
+                   message="upstream broke #7", maxRecordsPerTrigger=10)
+          .schema("value BIGINT").load())
+    publisher = publish(df, element="dict", checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(5)
+    publisher.subscribe(subscriber)
+    assert subscriber.done.wait(120)
+    assert subscriber.error is not None and "upstream broke #7" in str(subscriber.error)
+    assert [e["value"] for e in subscriber.elements] == list(range(25))
+
+
+def test_a_throwing_subscriber_is_cancelled_and_the_others_go_on(
+        spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Throws(Checked):
+        def on_next(self, element: Any) -> None:
+            super().on_next(element)
+            if len(self.elements) == 50:
+                raise RuntimeError("subscriber bug")
+
+    df = reactive(spark, publisher="range", count=3000, maxRecordsPerTrigger=1000).load()
+    publisher = publish(df, checkpointLocation=tmp_path / "checkpoint")
+    good, bad = Checked(100), Throws(10)
+    publisher.subscribe(good)
+    publisher.subscribe(bad)
+    good.wait_for(3000)
+    publisher.query.stop()
+    assert [row.value for row in good.elements] == list(range(3000))
+    assert len(bad.elements) == 50 and not bad.done.is_set()
+    assert "§2.13" in caplog.text and "subscriber bug" in caplog.text
+
+
+def test_last_cancel_stops_the_query_when_asked(spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", maxRecordsPerTrigger=500).load()
+    publisher = publish(df, when_unsubscribed="stop",
+                        checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(50, take=1200)
+    publisher.subscribe(subscriber)
+    with pytest.raises(Exception, match="its last subscriber cancelled"):
+        publisher.query.awaitTermination(120)
+    assert not publisher.query.isActive
+    assert len(subscriber.elements) == 1200
+
+
+def test_spark_connect_is_refused_clearly() -> None:
+    # Spark Connect pickles the foreachBatch function to run it on the server.
+    with pytest.raises(SparkConnectNotSupported, match="classic SparkSession"):
+        cloudpickle.dumps(ForeachBatchPublisher())  # pyspark's own copy of cloudpickle
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"element": "json"}, "element='json'"),
+    ({"chunk_rows": 0}, "chunk_rows=0"),
+    ({"when_unsubscribed": "drop"}, "when_unsubscribed='drop'"),
+])
+def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ForeachBatchPublisher(**kwargs)
+
+
+# -- foreach: subscribers on the executors ----------------------------------------------------
+
+
+class FileSubscriber(SyncSubscriber[Any]):
+    """Runs on an executor; writes what it saw to a file the test reads."""
+
+    def __init__(self, path: str, take: int | None) -> None:
+        super().__init__(batch_size=7)
+        self.path = path
+        self.take = take
+        self.values: list[int] = []
+
+    def on_element(self, row: Any) -> bool:
+        self.values.append(row.value)
+        return self.take is None or len(self.values) < self.take
+
+    def on_finished(self, error: BaseException | None) -> None:
+        with open(self.path, "w") as out:
+            json.dump({"values": self.values, "error": repr(error) if error else None,
+                       "outstanding": self.outstanding}, out)
+
+
+@pytest.mark.parametrize("take", [None, 10])
+def test_foreach_writer_feeds_subscribers_on_executors(spark: SparkSession, tmp_path: Path,
+                                                       take: int | None) -> None:
+    out = str(tmp_path)
+
+    def factory(partition: int, epoch: int) -> Subscriber[Any]:
+        return FileSubscriber(f"{out}/p{partition}-e{epoch}.json", take)
+
+    df = reactive(spark, publisher="range", count=2000, maxRecordsPerTrigger=2000,
+                  numPartitions=2).load()
+    query = (df.writeStream.foreach(SubscriberForeachWriter(factory))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    results = [json.loads(p.read_text()) for p in tmp_path.glob("p*-e*.json")]
+    assert len(results) == 2 and all(r["error"] is None for r in results)
+    values = sorted(v for r in results for v in r["values"])
+    if take is None:
+        assert values == list(range(2000))
+    else:
+        # Each cancels after 10 rows: the rest of its task is dropped, not retried.
+        assert [len(r["values"]) for r in results] == [10, 10]
+
+
+def test_task_subscription_rules() -> None:
+    subscription = _TaskSubscription()
+    subscription.request(2**62)
+    subscription.request(2**62)
+    assert subscription.demand == 2**63 - 1  # §3.17
+    subscription.request(0)
+    assert isinstance(subscription.failure, ValueError) and "§3.9" in str(subscription.failure)
+    subscription.cancel()
+    subscription.cancel()  # §3.5
+    assert subscription.cancelled
+    assert subscription.wait_for_demand(0.01)
