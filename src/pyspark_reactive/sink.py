@@ -191,9 +191,12 @@ class ForeachBatchPublisher(Publisher[Any]):
                 query.awaitTermination()
             except Exception as error:
                 self.fail(error)
+                return
+            failure = query.exception()
+            if failure is not None:
+                self.fail(failure)
             else:
-                error = query.exception()
-                self.fail(error) if error is not None else self.complete()
+                self.complete()
 
         watcher = threading.Thread(target=wait, name=f"reactive-sink-watch-{query.id}",
                                    daemon=True)
