@@ -1,0 +1,55 @@
+"""The TCK as oracle for ForeachBatchPublisher, fed by real streaming queries: every
+publisher a check asks for is a query reading the built-in ``range`` (or a failing
+publisher) through ``spark.readStream.format("reactive")`` with availableNow."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from reactive_streams import Publisher
+from reactive_streams.tck.environment import TestEnvironment
+from reactive_streams.tck.publisher import PublisherVerification
+
+from pyspark_reactive import ForeachBatchPublisher, publish
+
+
+class TestForeachBatchPublisher(PublisherVerification[Any]):
+    spark: SparkSession
+    checkpoints: Path
+
+    @pytest.fixture(autouse=True)
+    def _spark(self, spark: SparkSession, tmp_path: Path) -> Iterator[None]:
+        self.spark = spark
+        self.checkpoints = tmp_path
+        self.started: list[ForeachBatchPublisher] = []
+        yield
+        for publisher in self.started:
+            if publisher.query.isActive:
+                publisher.query.stop()
+
+    def create_test_environment(self) -> TestEnvironment:
+        # A query takes a second or two to plan and run its first micro-batch.
+        return TestEnvironment(default_timeout_millis=10_000,
+                               default_no_signals_timeout_millis=300)
+
+    def _publish(self, **options: Any) -> ForeachBatchPublisher:
+        reader = self.spark.readStream.format("reactive")
+        for key, value in options.items():
+            reader = reader.option(key, str(value))
+        publisher = publish(reader.schema("value BIGINT").load(), element="tuple",
+                            trigger={"availableNow": True},
+                            checkpointLocation=self.checkpoints / uuid.uuid4().hex)
+        self.started.append(publisher)
+        return publisher
+
+    def create_publisher(self, elements: int) -> Publisher[Any]:
+        return self._publish(publisher="range", count=elements, maxRecordsPerTrigger=1000)
+
+    def create_failed_publisher(self) -> Publisher[Any] | None:
+        return self._publish(publisher="spark_publishers:failing", count=0,
+                             message="the upstream of this query is unavailable")
