@@ -152,6 +152,14 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      limit: Any = None) -> dict[str, int]:
         return {"offset": self._live().latest(_offset(start), limit)}
 
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        # Spark 4.2+ shows this as the source's "latestOffset" in query progress: how far
+        # the publisher has got, so latestOffset - endOffset is what the source holds.
+        run = self._run
+        if run is None or run.cursor is None:
+            return None
+        return {"offset": run.cursor + (run.buffer.buffered if run.buffer else 0)}
+
     def prepareForTriggerAvailableNow(self) -> None:
         # What a push-based publisher "has now" is what it signals without a pause longer
         # than fillWaitMs; latestOffset returns its start once it pauses or completes,

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+
+from pyspark_reactive import ForeachBatchPublisher, publish
 from reactive_streams import Publisher
 from reactive_streams.tck.environment import TestEnvironment
 from reactive_streams.tck.publisher import PublisherVerification
-
-from pyspark_reactive import ForeachBatchPublisher, publish
 
 
 class TestForeachBatchPublisher(PublisherVerification[Any]):
