@@ -1,7 +1,7 @@
 """A streaming query's output as a Publisher: ``df.writeStream.foreachBatch(publisher)``.
 
-Each micro-batch is fetched from the executors a partition at a time (as Arrow, through
-``mapInArrow`` and ``toLocalIterator``), cut into chunks of ``chunk_rows`` rows, and every
+Each micro-batch is fetched from the executors a partition at a time (as Arrow IPC,
+through ``mapInArrow`` and one job per partition), cut into chunks of ``chunk_rows`` rows, and every
 chunk is offered to every current subscriber through an :class:`~reactive_streams.
 signalling.Emitter`, which signals only against demand. The batch function returns to
 Spark once every subscriber has taken the whole batch, so a slow subscriber delays the
@@ -10,9 +10,10 @@ next micro-batch, and the source, asked for nothing more, requests nothing more.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -271,27 +272,44 @@ class ForeachBatchPublisher(Publisher[Any]):
         raise _DeliveryAborted(f"{why} (when_unsubscribed='stop')")
 
     def _chunks(self, batch: DataFrame) -> Iterator[Sequence[Any]]:
-        names = batch.columns
-        make_row = Row(*names) if names else None
-        for blob in batch.mapInArrow(_arrow_to_ipc, "ipc BINARY").toLocalIterator(
-                prefetchPartitions=False):
-            for record_batch in ipc.open_stream(blob.ipc):
-                for low in range(0, record_batch.num_rows, self.chunk_rows):
-                    piece = record_batch.slice(low, self.chunk_rows)
-                    yield _elements(piece, self.element, make_row)
+        names = batch.columns or None
+        blobs = batch.mapInArrow(_arrow_to_ipc, "ipc BINARY").rdd
+        context = batch.sparkSession.sparkContext
+        # One job per partition, so the driver holds one partition at a time. Not
+        # toLocalIterator(): on Spark 4.3 its JVM side keeps every partition it served.
+        for partition in range(blobs.getNumPartitions()):
+            for blob in context.runJob(blobs, _as_list, [partition]):
+                yield from self._pieces(blob.ipc, names)
+
+    def _pieces(self, blob: bytes, names: list[str] | None) -> Iterator[Sequence[Any]]:
+        for record_batch in ipc.open_stream(blob):
+            for low in range(0, record_batch.num_rows, self.chunk_rows):
+                piece = record_batch.slice(low, self.chunk_rows)
+                yield _elements(piece, self.element, names)
 
 
-def _elements(piece: pa.RecordBatch, element: str,
-              make_row: Callable[..., Row] | None) -> Sequence[Any]:
+def _elements(piece: pa.RecordBatch, element: str, names: list[str] | None) -> Sequence[Any]:
     if element == "arrow":
         return [piece]
     if element == "dict":
         rows: list[Any] = piece.to_pylist()
         return rows
     tuples = list(zip(*(column.to_pylist() for column in piece.columns), strict=True))
-    if element == "tuple" or make_row is None:
+    if element == "tuple" or names is None:
         return tuples
-    return [make_row(*values) for values in tuples]
+    # Rows are made by the million here: a Row subclass that carries the field names on
+    # the class lets tuple.__new__ build each one without a Python call per row.
+    return list(map(functools.partial(tuple.__new__, _row_class(tuple(names))), tuples))
+
+
+@functools.lru_cache(maxsize=64)
+def _row_class(names: tuple[str, ...]) -> type[Row]:
+    """A ``pyspark.sql.Row`` whose rows all have the fields ``names``."""
+    return type("Row", (Row,), {"__fields__": list(names), "__slots__": ()})
+
+
+def _as_list(rows: Iterator[Any]) -> list[Any]:
+    return list(rows)
 
 
 def _arrow_to_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -8,9 +8,11 @@ import bisect
 import json
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
@@ -130,24 +132,27 @@ def test_driver_memory_stays_bounded_for_a_large_batch(spark: SparkSession) -> N
     publisher = ForeachBatchPublisher(element="arrow", chunk_rows=4096)
 
     class Count(SyncSubscriber[Any]):
+        rows = 0
+        arrow_peak = 0
+
         def on_element(self, element: Any) -> None:
-            self.rows = getattr(self, "rows", 0) + element.num_rows
-            self.peak = max(getattr(self, "peak", 0), _rss())
+            self.rows += element.num_rows
+            self.arrow_peak = max(self.arrow_peak, pa.total_allocated_bytes())
 
     subscriber = Count(batch_size=16)
     publisher.subscribe(subscriber)
-    before = _rss()
-    publisher(batch, 0)  # the very call foreachBatch makes
+    arrow_before = pa.total_allocated_bytes()
+    tracemalloc.start()  # Python objects: the fetched partitions arrive as bytes
+    try:
+        python_before = tracemalloc.get_traced_memory()[0]
+        publisher(batch, 0)  # the very call foreachBatch makes
+        python_peak = tracemalloc.get_traced_memory()[1] - python_before
+    finally:
+        tracemalloc.stop()
     assert subscriber.rows == rows
-    assert subscriber.peak - before < whole, (subscriber.peak - before, whole)
-
-
-def _rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    # About one partition (an eighth) at a time; the whole batch would be 40 MB.
+    held = python_peak + max(0, subscriber.arrow_peak - arrow_before)
+    assert 0 < held < whole / 2, (held, whole)
 
 
 def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
