@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -308,7 +308,7 @@ def _row_class(names: tuple[str, ...]) -> type[Row]:
     return type("Row", (Row,), {"__fields__": list(names), "__slots__": ()})
 
 
-def _as_list(rows: Iterator[Any]) -> list[Any]:
+def _as_list(rows: Iterable[Any]) -> list[Any]:
     return list(rows)
 
 
