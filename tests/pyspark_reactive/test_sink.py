@@ -42,6 +42,8 @@ class Checked(Subscriber[Any]):
         self.error: BaseException | None = None
         self.completed = False
         self.done = threading.Event()
+        self.changed = threading.Condition()
+        self.wanted = 1 << 62  # wait_for() lowers it; on_next notifies once it is reached
         self.subscription: Subscription | None = None
 
     def on_subscribe(self, subscription: Subscription) -> None:
@@ -54,6 +56,9 @@ class Checked(Subscriber[Any]):
             self.violations.append(f"§1.1: element {len(self.elements)} without demand")
         self.outstanding -= 1
         self.elements.append(element)
+        if len(self.elements) >= self.wanted:
+            with self.changed:
+                self.changed.notify_all()
         if self.pause:
             time.sleep(self.pause)  # the deliberately slow consumer under test
         if len(self.elements) % 100 == 0:
@@ -61,7 +66,7 @@ class Checked(Subscriber[Any]):
         if self.take is not None and len(self.elements) >= self.take:
             assert self.subscription is not None
             self.subscription.cancel()
-            self.done.set()
+            self._finish()
             return
         if self.outstanding == 0:
             self.outstanding = self.batch
@@ -70,18 +75,24 @@ class Checked(Subscriber[Any]):
 
     def on_error(self, error: BaseException) -> None:
         self.error = error
-        self.done.set()
+        self._finish()
 
     def on_complete(self) -> None:
         self.completed = True
-        self.done.set()
+        self._finish()
+
+    def _finish(self) -> None:
+        with self.changed:
+            self.done.set()
+            self.changed.notify_all()
 
     def wait_for(self, count: int, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.elements) < count and not self.done.is_set():
-            if time.monotonic() > deadline:
+        """Wait until ``count`` elements arrived or the stream ended."""
+        with self.changed:
+            self.wanted = count
+            if not self.changed.wait_for(
+                    lambda: len(self.elements) >= count or self.done.is_set(), timeout):
                 raise AssertionError(f"{len(self.elements)} of {count} rows after {timeout} s")
-            self.done.wait(0.05)
 
 
 def reactive(spark: SparkSession, **options: Any) -> Any:
