@@ -5,6 +5,7 @@ errors, multicast, and the foreach writer feeding subscribers on the executors."
 from __future__ import annotations
 
 import bisect
+import gc
 import json
 import threading
 import time
@@ -164,6 +165,34 @@ def test_driver_memory_stays_bounded_for_a_large_batch(spark: SparkSession) -> N
     # About one partition (an eighth) at a time; the whole batch would be 40 MB.
     held = python_peak + max(0, subscriber.arrow_peak - arrow_before)
     assert 0 < held < whole / 2, (held, whole)
+
+
+def test_batches_leave_nothing_behind_in_the_jvm(spark: SparkSession) -> None:
+    # toLocalIterator() kept each batch it served in the driver JVM (about 26 MB for this
+    # one), which a long-running query turns into OutOfMemoryError; five batches must not
+    # grow the heap by even two of them.
+    batch = spark.range(1_000_000, numPartitions=4).selectExpr("id", "id * 2 AS twice")
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+
+    def heap() -> int:
+        gc.collect()  # py4j releases JVM objects when their Python proxies go
+        jvm.java.lang.System.gc()
+        runtime = jvm.java.lang.Runtime.getRuntime()
+        return int(runtime.totalMemory() - runtime.freeMemory())
+
+    def deliver() -> None:
+        publisher = ForeachBatchPublisher(element="tuple")
+        subscriber = Checked(1024)
+        publisher.subscribe(subscriber)
+        publisher(batch, 0)
+        assert len(subscriber.elements) == 1_000_000
+
+    deliver()  # warm-up: plans, classes, Python workers
+    before = heap()
+    for _ in range(5):
+        deliver()
+    assert heap() - before < 2 * 26 * 2**20, (heap() - before) / 2**20
 
 
 def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
