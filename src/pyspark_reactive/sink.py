@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from reactive_streams import Publisher, Subscriber
 from reactive_streams.signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
@@ -119,7 +119,7 @@ class ForeachBatchPublisher(Publisher[Any]):
     --------
     >>> publisher = ForeachBatchPublisher(element="dict")              # doctest: +SKIP
     >>> query = df.writeStream.foreachBatch(publisher).start()         # doctest: +SKIP
-    >>> publisher.watch(query)  # on_complete / on_error when it ends  # doctest: +SKIP
+    >>> publisher.subscribe(subscriber)                                # doctest: +SKIP
     """
 
     def __init__(self, element: str = "row", chunk_rows: int = 1024,
@@ -184,7 +184,11 @@ class ForeachBatchPublisher(Publisher[Any]):
 
     def watch(self, query: Any) -> threading.Thread:
         """End the stream when ``query`` ends: ``on_complete``, or ``on_error`` with its
-        exception. Returns the (daemon) thread that waits for it."""
+        exception. Returns the (daemon) thread that waits for it.
+
+        :func:`publish` calls this, and so does the first batch of a query that was given
+        the publisher directly; call it yourself to end the stream of a query that stops
+        before its first batch."""
         self.query = query
 
         def wait() -> None:
@@ -225,6 +229,8 @@ class ForeachBatchPublisher(Publisher[Any]):
         """Deliver one micro-batch; called by Spark's ``foreachBatch``."""
         _refuse_connect(batch)
         self.batch_id = batch_id
+        if self.query is None:
+            self._find_query(batch)
         try:
             for chunk in self._chunks(batch):
                 self._offer(chunk)
@@ -259,6 +265,25 @@ class ForeachBatchPublisher(Publisher[Any]):
                 else len(chunk)
         else:
             self._offer(chunk)  # everyone cancelled mid-chunk: the next subscriber gets it
+
+    def _find_query(self, batch: DataFrame) -> None:
+        # Given to foreachBatch directly: the query calling us is named by a property of
+        # the stream's thread, which py4j pins this callback to. Watching it lets
+        # query.stop() end a wait for subscribers, and subscribers learn of the end.
+        query = None
+        try:
+            query_id = batch.sparkSession.sparkContext.getLocalProperty(
+                "sql.streaming.queryId")
+            # The batch's own session is a clone that does not list the query; the
+            # session that started it does.
+            for session in (SparkSession.getActiveSession(), batch.sparkSession):
+                if query is None and query_id and session is not None:
+                    query = session.streams.get(query_id)
+        except Exception:  # pragma: no cover - depends on Spark internals
+            log.debug("could not find the query calling foreachBatch", exc_info=True)
+            return
+        if query is not None and self.query is None:
+            self.watch(query)
 
     def _check_query(self) -> None:
         query = self.query

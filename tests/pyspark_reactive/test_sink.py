@@ -314,3 +314,36 @@ def test_task_subscription_rules() -> None:
     subscription.cancel()  # §3.5
     assert subscription.cancelled
     assert subscription.wait_for_demand(0.01)
+
+
+def test_given_to_foreach_batch_directly_it_finds_its_query(spark: SparkSession,
+                                                            tmp_path: Path) -> None:
+    publisher = ForeachBatchPublisher(element="tuple")
+    df = reactive(spark, publisher="range", count=500, maxRecordsPerTrigger=200).load()
+    query = (df.writeStream.foreachBatch(publisher).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    subscriber = Checked(50)
+    publisher.subscribe(subscriber)
+    # on_complete without watch(): the first batch found the query that called it.
+    assert subscriber.done.wait(120) and subscriber.completed, subscriber.error
+    assert [v for (v,) in subscriber.elements] == list(range(500))
+    assert publisher.query is not None and str(publisher.query.id) == str(query.id)
+
+
+def test_stop_while_waiting_for_a_first_subscriber(spark: SparkSession,
+                                                   tmp_path: Path) -> None:
+    publisher = ForeachBatchPublisher()
+    df = reactive(spark, publisher="range", maxRecordsPerTrigger=100).load()
+    query = (df.writeStream.foreachBatch(publisher)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    # Once the first batch waits for a subscriber, stop() must still end the query.
+    deadline = time.monotonic() + 120
+    while publisher.batch_id is None and time.monotonic() < deadline:
+        threading.Event().wait(0.05)  # nothing signals across py4j: look every 50 ms
+    assert publisher.batch_id == 0 and query.isActive
+    query.stop()
+    # The waiting batch gave up with the query, and the stream ended: a subscriber now
+    # gets on_complete and none of the rows of a batch Spark no longer runs.
+    late = Checked(10)
+    publisher.subscribe(late)
+    assert late.done.wait(30) and late.completed and late.elements == []
