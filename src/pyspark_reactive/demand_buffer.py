@@ -91,8 +91,8 @@ class DemandBuffer(Subscriber[Any]):
 
     def on_next(self, element: Any) -> None:
         require_not_none(element, "the element", "§2.13")
-        if self._cancelled:
-            return
+        # Kept even after cancel (§3.12 lets a few arrive late): the source's shutdown
+        # drains the buffer once the cancel is made, and logs what it holds.
         self._received += 1
         if self._received > self._requested:
             # §1.1: more elements than demand. The element is dropped; the error ends the
