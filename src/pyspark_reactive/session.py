@@ -79,12 +79,11 @@ def local_session(
     Examples
     --------
     >>> from pyspark_reactive import local_session
-    >>> spark = local_session(conf={"spark.sql.shuffle.partitions": "2"})
+    >>> spark = local_session()      # or the session this process already runs
     >>> spark.range(3).count()
     3
-    >>> spark.conf.get("spark.sql.shuffle.partitions")
-    '2'
-    >>> spark.stop()
+    >>> spark.conf.get("spark.sql.session.timeZone")   # from spark-defaults.conf
+    'UTC'
     """
     # Resolved even when a session already exists, so a wrong conf_dir is always reported.
     directory = _find_conf_dir(conf_dir)
