@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from reactive_streams import Publisher, Subscriber, Subscription
@@ -93,6 +94,13 @@ class DemandBuffer(Subscriber[Any]):
         require_not_none(element, "the element", "§2.13")
         # Kept even after cancel (§3.12 lets a few arrive late): the source's shutdown
         # drains the buffer once the cancel is made, and logs what it holds.
+        if self._cancelled and threading.get_ident() == self._calls_thread:
+            # A synchronous publisher signalling inside request() on the demand thread,
+            # where the queued cancel would wait behind it: cancel right here (serial,
+            # §2.7), so it stops within this element.
+            subscription = self._subscription
+            if subscription is not None:
+                self._call(subscription.cancel)
         self._received += 1
         if self._received > self._requested:
             # §1.1: more elements than demand. The element is dropped; the error ends the
@@ -239,7 +247,7 @@ class DemandBuffer(Subscriber[Any]):
         if timeout > 0:
             try:
                 done.result(timeout)
-            except TimeoutError:
+            except FutureTimeout:  # not the builtin TimeoutError before Python 3.11
                 log.warning("cancel did not complete within %.1f s", timeout)
 
     def close(self) -> None:

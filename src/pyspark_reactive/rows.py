@@ -6,13 +6,17 @@ Shapes: a tuple or list is a row by position, a dict by name, a ``Row`` by name 
 position when it has no names), and any other element is the value of a one-column schema.
 When that one column is an array, map or struct, every element is its value. Values
 convert as Spark converts a Python data source's rows: strings accept any value (``str``),
-naive datetimes are local time for ``TIMESTAMP``.
+naive datetimes are local time for ``TIMESTAMP``, ``TIMESTAMP_NTZ`` takes naive ones only.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import inspect
 from collections.abc import Callable, Sequence
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -21,9 +25,12 @@ from pyspark.sql import Row
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     ByteType,
     DataType,
+    DateType,
+    DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
@@ -32,13 +39,26 @@ from pyspark.sql.types import (
     ShortType,
     StringType,
     StructType,
+    TimestampNTZType,
+    TimestampType,
 )
 
 __all__ = ["RowConversionError", "RowConverter", "arrow_schema"]
 
-_INTEGERS = (ByteType, ShortType, IntegerType, LongType)
-_FLOATS = (FloatType, DoubleType)
+# Spark hands values of these types to pyarrow unconverted, so pyarrow's own conversion
+# (with its range checks) is Spark's.
+_DIRECT = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, BooleanType,
+           DateType)
 _NESTED = (ArrayType, MapType, StructType)
+# Spark's converter rejects the wrong Python type with a bare assert: say what it wanted.
+_NEEDS: list[tuple[type[DataType], tuple[type, ...], str]] = [
+    (ArrayType, (list,), "a list"),
+    (MapType, (dict,), "a dict"),
+    (TimestampType, (datetime.datetime,), "a datetime"),
+    (TimestampNTZType, (datetime.datetime,), "a naive datetime"),
+    (DecimalType, (decimal.Decimal,), "a Decimal"),
+    (BinaryType, (bytes, bytearray), "bytes or bytearray"),
+]
 # Column conversion is tried on chunks of this many values to find a bad one quickly.
 _CHUNK = 4096
 _SHOWN = 80
@@ -46,6 +66,19 @@ _SHOWN = 80
 
 class RowConversionError(ValueError):
     """An element that does not fit the schema.
+
+    Parameters
+    ----------
+    offset : int
+        The element's stream offset.
+    column : str or None
+        The column whose value does not fit; ``None`` when the element's shape is wrong.
+    value : object
+        The value that does not fit (the whole element for a shape error).
+    reason : str
+        Why it does not fit.
+    column_type : str, optional
+        The column's type as Spark spells it (``bigint``), shown with the column.
 
     Attributes
     ----------
@@ -73,6 +106,16 @@ class RowConversionError(ValueError):
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark requires of batches for ``schema`` (timestamps in UTC).
 
+    Parameters
+    ----------
+    schema : StructType
+        The rows' schema.
+
+    Returns
+    -------
+    pyarrow.Schema
+        Equal to what Spark's Python data source reader checks a yielded batch against.
+
     Examples
     --------
     >>> from pyspark.sql.types import LongType, StructField, StructType
@@ -86,7 +129,8 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 def _spark_converter(data_type: DataType) -> Callable[[Any], Any]:
     # Spark's own per-value conversion for its Python data sources, so values mean here
-    # what they mean there. It is private API: fall back to passing values through.
+    # what they mean there. It is private API (4.0 to 4.3 agree on this call): fall back
+    # to passing values through to pyarrow.
     try:
         from pyspark.sql.conversion import LocalDataToArrowConversion
 
@@ -102,14 +146,17 @@ class _Column:
     def __init__(self, name: str, data_type: DataType, arrow_type: pa.DataType,
                  nullable: bool) -> None:
         self.name = name
+        self.data_type = data_type
         self.type_name = data_type.simpleString()
         self.arrow_type = arrow_type
         self.nullable = nullable
-        # pyarrow converts and range-checks plain scalars itself, at C speed.
-        plain = isinstance(data_type, (*_INTEGERS, *_FLOATS, BooleanType))
-        self.convert_value = None if plain else _spark_converter(data_type)
-        # Values of these types need no conversion even where Spark's would be called.
+        direct = isinstance(data_type, _DIRECT)
+        self.convert_value = None if direct else _spark_converter(data_type)
+        # Values of these types need no conversion even where Spark's would be called:
+        # pyarrow takes them as they are (it would take bytes too, where Spark wants str()).
         self.native = {str, type(None)} if isinstance(data_type, StringType) else set()
+        # Direct and string columns can go through pyarrow's tuple-to-struct conversion.
+        self.pyarrow_only = direct or bool(self.native)
 
     def array(self, values: Sequence[Any]) -> pa.Array:
         if self.convert_value is not None and not (
@@ -126,26 +173,52 @@ class _Column:
             try:
                 self.array(chunk)
                 continue
-            except Exception:
-                pass
+            except Exception as error:
+                chunk_error = error
             for index, value in enumerate(chunk):
                 try:
                     self.array([value])
                 except Exception as error:
-                    return low + index, _reason(error)
+                    return low + index, self.reason(error, value)
+            # No value fails alone though the chunk did: blame its first, not let it pass.
+            return low, self.reason(chunk_error, chunk[0])  # pragma: no cover
         return None
 
-
-def _reason(error: BaseException) -> str:
-    # pyarrow's messages repeat the value: keep the first line, shortened.
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    if len(text) > 2 * _SHOWN:
-        text = text[:2 * _SHOWN - 3] + "..."
-    return text or type(error).__name__
+    def reason(self, error: BaseException, value: Any) -> str:
+        """A short reason from ``error``, raised converting ``value``."""
+        # pyarrow's messages repeat the value: keep the first line, shortened.
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        if len(text) > 2 * _SHOWN:
+            text = text[:2 * _SHOWN - 3] + "..."
+        if text:
+            return text
+        for kind, accepted, needed in _NEEDS:
+            if isinstance(self.data_type, kind) and not isinstance(value, accepted):
+                return f"{self.type_name} needs {needed}"
+        if isinstance(self.data_type, TimestampNTZType):
+            return f"{self.type_name} needs a naive datetime, without tzinfo"
+        return f"Spark's conversion to {self.type_name} rejects it ({type(error).__name__})"
 
 
 class RowConverter:
     """Turns elements into a ``RecordBatch`` of ``schema``.
+
+    Element shapes: a tuple or list gives the row's values by position (as many as there
+    are columns); a dict by column name (a missing key is null, a key that is no column
+    is an error); a ``Row`` by name when it has names, else by position. With a one-column
+    schema any other element is that column's value, while a tuple, list, dict or ``Row``
+    is still a row by its shape, so ``(4,)`` and ``{"value": 4}`` both give 4. When that one
+    column is an array, map or struct, every element is its value instead, since a list,
+    dict or tuple is then exactly such a value (``[1, 2]`` is one array, not a row).
+
+    Values convert as Spark converts the rows a Python data source yields: a string
+    column takes any value as its ``str`` (``True`` as ``"true"``); integer columns check
+    their range; a ``TIMESTAMP`` takes a ``datetime``, a naive one read as local time of
+    this process (Spark calls ``astimezone``), and is stored in UTC; a ``TIMESTAMP_NTZ``
+    takes only a naive ``datetime``, stored as its wall time; a decimal column takes a
+    ``Decimal``, rounded half even to the column's scale where the installed Spark does so
+    (4.3 does, 4.0 refuses digits beyond the scale). ``None`` in a non-nullable column, or
+    nested where the type does not allow null, is an error.
 
     Parameters
     ----------
@@ -167,6 +240,7 @@ class RowConverter:
         self.schema = schema
         self.arrow_schema = arrow_schema(schema)
         self.names = schema.fieldNames()
+        self.name_set = set(self.names)
         self.columns = [
             _Column(field.name, field.dataType, self.arrow_schema.field(i).type, field.nullable)
             for i, field in enumerate(schema.fields)]
@@ -174,6 +248,8 @@ class RowConverter:
         # One column: scalars are its value; one nested column: every element is.
         self.whole_element = isinstance(only, _NESTED)
         self.single = only is not None
+        self.struct_type = pa.struct(list(self.arrow_schema))
+        self.pyarrow_only = all(column.pyarrow_only for column in self.columns)
 
     def convert(self, elements: Sequence[Any],
                 first_offset: int) -> tuple[pa.RecordBatch, RowConversionError | None]:
@@ -193,15 +269,19 @@ class RowConverter:
             The rows before the first element that does not fit (all of them if all fit),
             and the error for that element.
         """
-        columns, error = self._columns(elements, first_offset)
+        # The element types, once: both fast paths choose by them.
+        kinds = set(map(type, elements))
+        batch = self._as_structs(elements, kinds)
+        if batch is not None:
+            return batch, None
+        columns, error = self._columns(elements, first_offset, kinds)
         count = len(columns[0]) if columns else 0
         try:
             arrays = [column.array(values) for column, values in zip(self.columns, columns,
                                                                          strict=True)]
         except Exception:
             arrays = None
-        if arrays is None or any(not c.nullable and a.null_count
-                                 for c, a in zip(self.columns, arrays, strict=True)):
+        if arrays is None or not self._nulls_fit(arrays):
             bad = self._first_bad_value(columns)
             if bad is not None:
                 index, column, reason = bad
@@ -216,6 +296,41 @@ class RowConverter:
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
         return batch, error
 
+    def _nulls_fit(self, arrays: list[pa.Array]) -> bool:
+        return not any(not c.nullable and a.null_count
+                       for c, a in zip(self.columns, arrays, strict=True))
+
+    def _as_structs(self, elements: Sequence[Any], kinds: set[type]) -> pa.RecordBatch | None:
+        """All of ``elements`` as a batch through pyarrow's tuple and dict conversion.
+
+        Splitting many tuples into Python lists column by column costs several times
+        more than pyarrow reading them whole, so plain rows go this way. ``None`` when
+        the elements are not all plain tuples or all dicts of known keys, a column needs
+        Spark's conversion, or anything fails: the column by column path decides then.
+        """
+        if not self.pyarrow_only or self.whole_element or not elements:
+            return None
+        if kinds == {tuple}:
+            if set(map(len, elements)) != {len(self.names)}:
+                return None
+            value_lists = [map(itemgetter(i), elements) for i in range(len(self.names))]
+        elif kinds == {dict}:
+            if not set(chain.from_iterable(elements)) <= self.name_set:
+                return None
+            value_lists = [map(dict.get, elements, repeat(name)) for name in self.names]
+        else:
+            return None
+        for column, values in zip(self.columns, value_lists, strict=True):
+            if column.native and not set(map(type, values)) <= column.native:
+                return None
+        try:
+            arrays = pa.array(elements, type=self.struct_type).flatten()
+        except Exception:
+            return None
+        if not self._nulls_fit(arrays):
+            return None
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+
     def _first_bad_value(self, columns: list[list[Any]]) -> tuple[int, _Column, str] | None:
         # The earliest bad value in any column: a later column may fail at an earlier row.
         found: tuple[int, _Column, str] | None = None
@@ -229,17 +344,15 @@ class RowConverter:
                 found = (bad[0], column, bad[1])
         return found
 
-    def _columns(self, elements: Sequence[Any],
-                 first_offset: int) -> tuple[list[list[Any]], RowConversionError | None]:
+    def _columns(self, elements: Sequence[Any], first_offset: int,
+                 kinds: set[type]) -> tuple[list[list[Any]], RowConversionError | None]:
         """The elements' values column by column, up to the first element of a wrong shape."""
         if self.whole_element:
             return [list(elements)], None
-        if self.single and not any(issubclass(kind, (tuple, list, dict))
-                                   for kind in set(map(type, elements))):
+        if self.single and not any(issubclass(kind, (tuple, list, dict)) for kind in kinds):
             return [list(elements)], None
         width = len(self.names)
-        if (set(map(type, elements)) <= {tuple, list}
-                and set(map(len, elements)) == {width}):
+        if kinds <= {tuple, list} and set(map(len, elements)) == {width}:
             return [list(values) for values in zip(*elements, strict=True)], None
         rows: list[Sequence[Any]] = []
         error = None
@@ -268,7 +381,7 @@ class RowConverter:
         raise ValueError(f"a tuple, list, dict or Row of {width} values is needed")
 
     def _by_name(self, values: dict[Any, Any], what: str) -> tuple[Any, ...]:
-        unknown = [k for k in values if k not in self.names]
+        unknown = [k for k in values if k not in self.name_set]
         if unknown:
             raise ValueError(f"{what} {unknown[0]!r} is not a column (columns: "
                              f"{', '.join(self.names)})")

@@ -86,7 +86,11 @@ class DefaultSource(DataSource):
         shipped = type(self)._shipped_factory is not None
         self.source_options = parse_source_options(options, shipped_factory=shipped)
         if not shipped:
-            resolve_factory(self.source_options.publisher)
+            factory = resolve_factory(self.source_options.publisher)
+            if self.source_options.publisher.lower() in _BUILTIN_SCHEMAS:
+                # Built-in publishers are ours and cheap to make: making one checks its
+                # options now, not once the query runs.
+                factory(CaseInsensitiveOptions(self.source_options.raw))
         if self.source_options.wal_location is not None:
             check_wal_location(self.source_options.wal_location)
 
@@ -263,6 +267,11 @@ class _QueryRun:
         if end <= start:
             return []
         table = self._rows(start, end)
+        if table is None and self.wal is not None:
+            raise RuntimeError(
+                f"reactive source: the write-ahead log at {self.options.wal_location!r} has no "
+                f"rows for offsets [{start}, {end}): its entries were removed or belong to "
+                "another query; restore them or start from a new checkpoint")
         if table is None:
             log.warning("reactive source: the rows for offsets [%d, %d) are gone (no "
                         "walLocation, or its entries were deleted); that batch is empty",
@@ -289,6 +298,10 @@ class _QueryRun:
             # The rows before the bad element make a batch of their own; the error fails
             # the query at the next call, once they are safe.
             self.deferred = error
+            dropped = len(elements) - batch.num_rows - 1
+            if dropped:
+                log.warning("reactive source: the query fails at offset %d; the %d elements "
+                            "after it in the same cut are not delivered", error.offset, dropped)
             if batch.num_rows == 0:
                 raise error
         table = pa.Table.from_batches([batch], schema=self.arrow_schema)

@@ -5,32 +5,45 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import inspect
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
+    ByteType,
+    DataType,
     DateType,
     DecimalType,
     DoubleType,
     IntegerType,
     LongType,
     MapType,
+    ShortType,
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
     TimestampType,
 )
 
 from pyspark_reactive.rows import RowConversionError, RowConverter, arrow_schema
 
 PAIR = StructType([StructField("id", LongType()), StructField("name", StringType())])
+
+
+def one(name: str, data_type: DataType, nullable: bool = True) -> StructType:
+    return StructType([StructField(name, data_type, nullable)])
 
 
 def rows(schema: StructType, elements: list[Any], offset: int = 0) -> list[dict[str, Any]]:
@@ -43,7 +56,7 @@ def rows(schema: StructType, elements: list[Any], offset: int = 0) -> list[dict[
 
 def test_every_shape_of_a_row() -> None:
     elements = [(1, "a"), [2, "b"], {"id": 3, "name": "c"}, {"name": "d"},
-                Row(name="e", id=5), Row(6, "f")]
+                Row(name="e", id=5), Row(6, "f")]  # type: ignore[call-overload]
     assert rows(PAIR, elements) == [
         {"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 3, "name": "c"},
         {"id": None, "name": "d"}, {"id": 5, "name": "e"}, {"id": 6, "name": "f"}]
@@ -86,7 +99,7 @@ def test_nested_and_temporal_types() -> None:
 
 
 def test_bad_value_keeps_the_rows_before_it_and_names_offset_column_value() -> None:
-    elements = [(i, f"n{i}") for i in range(10)]
+    elements: list[tuple[Any, str]] = [(i, f"n{i}") for i in range(10)]
     elements[6] = (6, "fine")
     elements[7] = ("seven", "n7")
     batch, error = RowConverter(PAIR).convert(elements, 1000)
@@ -137,6 +150,175 @@ def test_long_values_are_shortened_in_the_message() -> None:
     assert error is not None and len(str(error)) < 350 and "..." in str(error)
 
 
+def test_the_schema_is_the_one_spark_checks_batches_against() -> None:
+    schema = StructType([
+        StructField("when", TimestampType(), nullable=False),
+        StructField("ntz", TimestampNTZType()),
+        StructField("point", StructType([StructField("x", DoubleType(), nullable=False)])),
+        StructField("m", MapType(StringType(), ArrayType(LongType()))),
+        StructField("price", DecimalType(12, 3)), StructField("raw", BinaryType()),
+    ])
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        expected = to_arrow_schema(schema, timezone="UTC")  # what Spark 4.1+ compares with
+    else:
+        expected = to_arrow_schema(schema)  # Spark 4.0: timestamp_utc=True
+    assert arrow_schema(schema).equals(expected)
+    assert arrow_schema(schema).field("when").type == pa.timestamp("us", tz="UTC")
+    assert not arrow_schema(schema).field("when").nullable
+    batch, error = RowConverter(schema).convert([], 0)
+    assert error is None and batch.num_rows == 0 and batch.schema.equals(expected)
+
+
+@pytest.mark.parametrize(("data_type", "low", "high"), [
+    (ByteType(), -2**7, 2**7 - 1), (ShortType(), -2**15, 2**15 - 1),
+    (IntegerType(), -2**31, 2**31 - 1), (LongType(), -2**63, 2**63 - 1)])
+def test_integer_ranges(data_type: DataType, low: int, high: int) -> None:
+    schema = one("n", data_type)
+    assert rows(schema, [low, high]) == [{"n": low}, {"n": high}]
+    for outside in (low - 1, high + 1):
+        batch, error = RowConverter(schema).convert([low, outside, high], 10)
+        assert batch.column(0).to_pylist() == [low]
+        assert error is not None and (error.offset, error.column, error.value) == (
+            11, "n", outside)
+        assert f"({data_type.simpleString()})" in str(error)
+
+
+def test_plain_tuples_and_dicts_keep_sparks_value_semantics() -> None:
+    # Rows of plain columns take pyarrow's fast path: these values must still come out
+    # as Spark's conversion makes them, and a bad one must still be found.
+    assert rows(PAIR, [(1, "a"), (2, 7), (3, True), (4, b"x")]) == [
+        {"id": 1, "name": "a"}, {"id": 2, "name": "7"}, {"id": 3, "name": "true"},
+        {"id": 4, "name": "b'x'"}]
+    assert rows(PAIR, [{"id": 1}, {"name": 2}]) == [
+        {"id": 1, "name": None}, {"id": None, "name": "2"}]
+    batch, error = RowConverter(PAIR).convert([{"id": 1}, {"id": 2, "nmae": "x"}], 0)
+    assert batch.num_rows == 1 and error is not None and error.offset == 1
+    strict = StructType([StructField("id", LongType()),
+                         StructField("name", StringType(), nullable=False)])
+    batch, error = RowConverter(strict).convert([(1, "a"), (2, None), (3, "c")], 0)
+    assert batch.num_rows == 1
+    assert error is not None and (error.offset, error.column, error.value) == (1, "name", None)
+
+
+def test_binary() -> None:
+    schema = one("raw", BinaryType())
+    assert rows(schema, [b"\x00\x01", bytearray(b"ab"), None]) == [
+        {"raw": b"\x00\x01"}, {"raw": b"ab"}, {"raw": None}]
+    batch, error = RowConverter(schema).convert([b"ok", "text"], 0)
+    assert batch.num_rows == 1
+    assert error is not None and "binary needs bytes or bytearray" in str(error), str(error)
+
+
+def test_timestamp_ntz_is_wall_time_and_takes_naive_datetimes_only() -> None:
+    schema = one("at", TimestampNTZType())
+    naive = datetime.datetime(2026, 3, 29, 2, 30, 0, 123456)
+    assert rows(schema, [naive]) == [{"at": naive}]
+    aware = naive.replace(tzinfo=datetime.timezone.utc)
+    batch, error = RowConverter(schema).convert([naive, aware], 0)
+    assert batch.num_rows == 1
+    assert error is not None and error.value == aware and "naive datetime" in str(error)
+
+
+@pytest.fixture
+def new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's local time zone is New York for the test."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("new_york")
+def test_a_naive_timestamp_is_local_time_as_in_spark() -> None:
+    schema = one("when", TimestampType())
+    utc = datetime.timezone.utc
+    aware = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone(
+        datetime.timedelta(hours=2)))
+    got = rows(schema, [datetime.datetime(2026, 7, 1, 12, 0), aware, None])
+    # 12:00 in New York in July (EDT, UTC-4) is 16:00 UTC.
+    assert [r["when"] for r in got] == [
+        datetime.datetime(2026, 7, 1, 16, 0, tzinfo=utc), aware.astimezone(utc), None]
+    _, error = RowConverter(schema).convert(["2026-07-01"], 0)
+    assert error is not None and "timestamp needs a datetime" in str(error)
+
+
+def test_decimals_convert_as_the_installed_spark_converts_them() -> None:
+    from pyspark.sql.conversion import LocalDataToArrowConversion
+
+    schema = one("price", DecimalType(5, 2))
+    assert rows(schema, [decimal.Decimal("1.5"), decimal.Decimal(7)]) == [
+        {"price": decimal.Decimal("1.50")}, {"price": decimal.Decimal("7.00")}]
+    # Spark 4.3 rounds half even to the scale; Spark 4.0 passes the value on to pyarrow,
+    # which refuses to drop digits.
+    spark_rounds = LocalDataToArrowConversion._create_converter(DecimalType(5, 2))(
+        decimal.Decimal("1.005")) == decimal.Decimal("1.00")
+    batch, error = RowConverter(schema).convert(
+        [decimal.Decimal("1.005"), decimal.Decimal("1.015")], 0)
+    if spark_rounds:
+        assert error is None
+        assert batch.column(0).to_pylist() == [decimal.Decimal("1.00"), decimal.Decimal("1.02")]
+    else:
+        assert batch.num_rows == 0 and error is not None and error.offset == 0
+    batch, error = RowConverter(schema).convert([decimal.Decimal("1"), 1.5], 0)
+    assert batch.num_rows == 1 and error is not None and error.value == 1.5
+    assert "decimal(5,2) needs a Decimal" in str(error)
+
+
+def test_nested_values_fit_or_are_named() -> None:
+    inner = StructType([StructField("x", LongType(), nullable=False),
+                        StructField("tags", ArrayType(StringType(), containsNull=False))])
+    schema = StructType([StructField("id", LongType()), StructField("s", inner),
+                         StructField("m", MapType(StringType(), ArrayType(DoubleType())))])
+    good = [(1, (1, ["a"]), {"k": [1.0, None]}), (2, {"x": 2, "tags": []}, None),
+            (3, Row(x=3, tags=["b", "c"]), {})]
+    assert rows(schema, good) == [
+        {"id": 1, "s": {"x": 1, "tags": ["a"]}, "m": [("k", [1.0, None])]},
+        {"id": 2, "s": {"x": 2, "tags": []}, "m": None},
+        {"id": 3, "s": {"x": 3, "tags": ["b", "c"]}, "m": []}]
+    bads: list[tuple[Any, ...]] = [(4, (None, []), None), (4, (1, ["a", None]), None),
+                                   (4, None, [("k", [])])]
+    for bad in bads:
+        batch, error = RowConverter(schema).convert([*good, bad], 50)
+        assert batch.num_rows == 3, bad
+        assert error is not None and error.offset == 53 and error.column in ("s", "m"), bad
+
+
+def test_a_one_column_array_or_map_takes_each_element_whole() -> None:
+    assert rows(one("m", MapType(StringType(), LongType())), [{"a": 1}, {}]) == [
+        {"m": [("a", 1)]}, {"m": []}]
+    # Not a row of one value: a one-element list is that array.
+    assert rows(one("xs", ArrayType(LongType())), [[5], [1, 2]]) == [
+        {"xs": [5]}, {"xs": [1, 2]}]
+    batch, error = RowConverter(one("m", MapType(StringType(), LongType()))).convert(
+        [{"a": 1}, 3], 0)
+    assert batch.num_rows == 1 and error is not None and error.column == "m"
+    assert "needs a dict" in str(error)
+
+
+def test_one_column_shapes_still_count_as_rows() -> None:
+    schema = one("name", StringType())
+    assert rows(schema, ["a", ("b",), ["c"], {"name": "d"}, Row(name="e"), 6]) == [
+        {"name": v} for v in "abcde6"]
+    batch, error = RowConverter(schema).convert(["a", ("b", "c")], 0)
+    assert batch.num_rows == 1 and error is not None and error.column is None
+
+
+@given(st.lists(st.tuples(st.integers(-2**33, 2**33), st.text(max_size=3)), max_size=40))
+def test_prefix_plus_error_for_any_tuples(elements: list[tuple[int, str]]) -> None:
+    schema = StructType([StructField("n", IntegerType()), StructField("s", StringType())])
+    batch, error = RowConverter(schema).convert(elements, 7)
+    first_bad = next((i for i, (n, _) in enumerate(elements) if not -2**31 <= n < 2**31),
+                     None)
+    good = elements if first_bad is None else elements[:first_bad]
+    assert batch.to_pylist() == [{"n": n, "s": s} for n, s in good]
+    assert (error is None) == (first_bad is None)
+    if error is not None:
+        assert first_bad is not None
+        assert (error.offset, error.column) == (7 + first_bad, "n")
+        assert error.value == elements[first_bad][0]
+
+
 @given(st.lists(st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=5), st.none()),
                 max_size=50))
 def test_prefix_plus_error_for_any_mix(values: list[Any]) -> None:
@@ -153,13 +335,19 @@ def test_prefix_plus_error_for_any_mix(values: list[Any]) -> None:
 # -- through Spark --------------------------------------------------------------------------
 
 MIXED = StructType([
-    StructField("id", LongType()), StructField("when", TimestampType()),
+    StructField("id", LongType(), nullable=False), StructField("when", TimestampType()),
     StructField("point", StructType([StructField("x", DoubleType()),
                                      StructField("y", DoubleType())])),
-    StructField("tags", ArrayType(StringType())),
+    StructField("tags", ArrayType(StringType())), StructField("day", DateType()),
+    StructField("price", DecimalType(10, 2)), StructField("attrs", MapType(StringType(),
+                                                                           IntegerType())),
+    StructField("name", StringType()), StructField("local", TimestampNTZType()),
 ])
 WHEN = datetime.datetime(2026, 11, 22, 8, 0, tzinfo=datetime.timezone.utc)
-ELEMENTS = [(1, WHEN, Row(x=1.0, y=2.0), ["a"]), {"id": 2, "when": None, "tags": []}]
+LOCAL = datetime.datetime(2026, 11, 22, 9, 30, 15, 250000)
+ELEMENTS = [(1, WHEN, Row(x=1.0, y=2.0), ["a"], datetime.date(2026, 11, 22),
+             decimal.Decimal("9.99"), {"k": 1}, "one", LOCAL),
+            {"id": 2, "when": None, "tags": [], "name": 2}]
 
 
 class _Batch(DataSource):
@@ -188,6 +376,12 @@ def test_a_converted_batch_reads_back_through_spark(spark: SparkSession) -> None
     spark.dataSource.register(_Batch)
     got = spark.read.format("converted_rows").load().orderBy("id").collect()
     assert [r.id for r in got] == [1, 2]
-    assert got[0].when.astimezone(datetime.timezone.utc) == WHEN
-    assert (got[0].point.x, got[0].point.y, got[0].tags) == (1.0, 2.0, ["a"])
-    assert got[1].when is None and got[1].point is None and got[1].tags == []
+    first, second = got
+    assert first.when.astimezone(datetime.timezone.utc) == WHEN
+    assert (first.point.x, first.point.y, first.tags) == (1.0, 2.0, ["a"])
+    assert (first.day, first.price, first.attrs) == (
+        datetime.date(2026, 11, 22), decimal.Decimal("9.99"), {"k": 1})
+    assert (first.name, first.local) == ("one", LOCAL)
+    assert second.when is None and second.point is None and second.tags == []
+    assert (second.day, second.price, second.attrs, second.name, second.local) == (
+        None, None, None, "2", None)

@@ -78,7 +78,8 @@ def test_finite_publisher_in_batches_of_max_records(spark: SparkSession, watch: 
                                                     tmp_path: Path) -> None:
     record = tmp_path / "requests.jsonl"
     df = reactive(spark, publisher="spark_publishers:recorded_range", count=2345,
-                  recordTo=record, maxRecordsPerTrigger=500).schema("value BIGINT").load()
+                  recordTo=record, maxRecordsPerTrigger=500, fillWaitMs=30000).schema(
+                      "value BIGINT").load()
     query, name = to_memory(df, queries, tmp_path)
     watch.wait_rows(query, 2345)
 
@@ -101,7 +102,7 @@ def test_endless_publisher_keeps_demand_within_one_batch(spark: SparkSession,
                                                          tmp_path: Path) -> None:
     record = tmp_path / "requests.jsonl"
     df = reactive(spark, publisher="spark_publishers:recorded_range", recordTo=record,
-                  maxRecordsPerTrigger=1000).schema("value BIGINT").load()
+                  maxRecordsPerTrigger=1000, fillWaitMs=30000).schema("value BIGINT").load()
     query, _ = to_memory(df, queries, tmp_path)
     watch.wait_batches(query, 20)
     query.stop()
@@ -123,7 +124,8 @@ def test_endless_publisher_keeps_demand_within_one_batch(spark: SparkSession,
 def test_builtin_range_needs_no_schema_and_is_found_without_register(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:
-    df = reactive(spark, publisher="range", start=10, count=25, maxRecordsPerTrigger=10).load()
+    df = reactive(spark, publisher="range", start=10, count=25, maxRecordsPerTrigger=10,
+                  fillWaitMs=30000).load()
     assert df.schema.simpleString() == "struct<value:bigint>"
     query, name = to_memory(df, queries, tmp_path)
     watch.wait_rows(query, 25)
@@ -146,7 +148,8 @@ def test_available_now_drains_the_publisher_and_stops(spark: SparkSession,
                                                       watch: ProgressWatch,
                                                       queries: list[StreamingQuery],
                                                       tmp_path: Path) -> None:
-    df = reactive(spark, publisher="range", count=2345, maxRecordsPerTrigger=500).load()
+    df = reactive(spark, publisher="range", count=2345, maxRecordsPerTrigger=500,
+                  fillWaitMs=30000).load()  # ends at on_complete, not by waiting
     query, name = to_memory(df, queries, tmp_path, availableNow=True)
     assert watch.wait_terminated(query) is None
     rows = sorted(r.value for r in spark.table(name).collect())
@@ -242,6 +245,9 @@ def test_restart_with_wal_gives_every_row_exactly_once(spark: SparkSession,
     ({"publisher": "range", "maxRecordsPerTrigger": "ten"}, "maxRecordsPerTrigger='ten'"),
     ({"publisher": "range", "maxRecordsPerTrigger": "2.5"}, "a positive integer"),
     ({"publisher": "range", "numPartitions": "0"}, "numPartitions='0'"),
+    ({"publisher": "range", "count": "-1"}, "count='-1'"),
+    ({"publisher": "range", "rowsPerSecond": "fast"}, "rowsPerSecond='fast'"),
+    ({"publisher": "range", "start": "x"}, "start='x'"),
 ])
 def test_bad_options_fail_at_load(spark: SparkSession, options: dict[str, str],
                                   message: str) -> None:
@@ -303,7 +309,8 @@ def test_partitions_per_batch(spark: SparkSession, queries: list[StreamingQuery]
 
 def test_trigger_once_reads_one_batch(spark: SparkSession, watch: ProgressWatch,
                                       queries: list[StreamingQuery], tmp_path: Path) -> None:
-    df = reactive(spark, publisher="range", count=2345, maxRecordsPerTrigger=500).load()
+    df = reactive(spark, publisher="range", count=2345, maxRecordsPerTrigger=500,
+                  fillWaitMs=30000).load()
     query, name = to_memory(df, queries, tmp_path, once=True)
     assert watch.wait_terminated(query) is None
     assert sorted(r.value for r in spark.table(name).collect()) == list(range(500))
