@@ -72,6 +72,12 @@ class DemandBuffer(Subscriber[Any]):
         self._terminal: BaseException | None = None
         self._completed = False
         self._cancelled = False
+        # drain() seals the buffer: an on_next under way then is waited for and its
+        # element drained; one that starts later is refused and counted, never kept
+        # where nobody reads it. _signalling has one writer, the signalling thread.
+        self._signalling = 0
+        self._sealed = False
+        self.refused = 0  # elements signalled after drain(), not kept (logged)
         self._calls_thread: int | None = None
         # The thread starts with the first call submitted; close() stops it.
         self._calls = ThreadPoolExecutor(
@@ -92,6 +98,21 @@ class DemandBuffer(Subscriber[Any]):
 
     def on_next(self, element: Any) -> None:
         require_not_none(element, "the element", "§2.13")
+        # Written before _sealed is read, and drain() writes _sealed before it reads this:
+        # whichever comes second sees the other, so an element is drained or refused.
+        self._signalling += 1
+        try:
+            if self._sealed:
+                self._refuse()
+                return
+            self._accept(element)
+        finally:
+            self._signalling -= 1
+            if self._sealed:
+                with self._changed:
+                    self._changed.notify_all()
+
+    def _accept(self, element: Any) -> None:
         # Kept even after cancel (§3.12 lets a few arrive late): the source's shutdown
         # drains the buffer once the cancel is made, and logs what it holds.
         if self._cancelled and threading.get_ident() == self._calls_thread:
@@ -114,6 +135,15 @@ class DemandBuffer(Subscriber[Any]):
         if self._wanted and len(elements) >= self._wanted:
             with self._changed:
                 self._changed.notify_all()
+
+    def _refuse(self) -> None:
+        # §3.12: signals may still come for a while after cancel; once the buffer has
+        # been drained nobody would read them, so they are counted and reported instead.
+        self.refused += 1
+        if self.refused == 1:
+            log.warning("the publisher signalled an element after the source had drained its "
+                        "buffer (it had cancelled, §3.12); it is not kept. Elements refused "
+                        "this way are counted in DemandBuffer.refused")
 
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "the error", "§2.13")
@@ -204,8 +234,23 @@ class DemandBuffer(Subscriber[Any]):
             self._request(len(taken))
         return taken
 
-    def drain(self) -> list[Any]:
-        """Take everything buffered, requesting nothing more (used when stopping)."""
+    def drain(self, settle: float = 1.0) -> list[Any]:
+        """Take everything buffered and seal the buffer (used when stopping).
+
+        An ``on_next`` under way is waited for (up to ``settle`` s) and its element is
+        among those returned; any element signalled later is refused: counted in
+        :attr:`refused` and logged, so none is kept where nobody reads it. Nothing more
+        is requested.
+        """
+        self._sealed = True
+        if self._signalling:
+            deadline = time.monotonic() + settle
+            with self._changed:
+                while self._signalling and (left := deadline - time.monotonic()) > 0:
+                    self._changed.wait(left)
+            if self._signalling:
+                log.warning("an on_next was still under way %.1f s after the source began to "
+                            "drain its buffer; its element may be refused", settle)
         elements = self._elements
         return [elements.popleft() for _ in range(len(elements))]
 

@@ -3,6 +3,8 @@ verification (it is a Subscriber the project ships)."""
 
 from __future__ import annotations
 
+import inspect
+import sys
 import threading
 from typing import Any
 
@@ -10,7 +12,7 @@ import pytest
 from spark_publishers import Recording, RecordingPublisher
 
 from pyspark_reactive.demand_buffer import DemandBuffer, PublisherError
-from reactive_streams import IterablePublisher, RangePublisher, Subscriber
+from reactive_streams import IterablePublisher, RangePublisher, Subscriber, Subscription
 from reactive_streams.tck.subscriber_blackbox import SubscriberBlackboxVerification
 
 
@@ -108,3 +110,80 @@ def test_publisher_error_waits_until_the_elements_before_it_are_taken() -> None:
 def test_capacity_must_be_a_positive_int(capacity: Any) -> None:
     with pytest.raises(ValueError, match="capacity must be an int >= 1"):
         DemandBuffer(capacity)
+
+
+class _Paused:
+    """Holds the signalling thread at one point inside ``DemandBuffer.on_next`` (found by
+    tracing that thread), so a test can run the source's shutdown exactly then."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where  # "entry": on entering on_next; "append": just before the append
+        self.reached = threading.Event()
+        self.go = threading.Event()
+        source, first = inspect.getsourcelines(DemandBuffer)
+        self.append_line = first + next(
+            i for i, line in enumerate(source) if "elements.append(element)" in line)
+
+    def trace(self, frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != inspect.getsourcefile(DemandBuffer):
+            return None
+        if self.where == "entry" and event == "call" and frame.f_code.co_name == "on_next":
+            self._hold()
+        return self.trace_lines
+
+    def trace_lines(self, frame: Any, event: str, arg: Any) -> Any:
+        if (self.where == "append" and event == "line"
+                and frame.f_lineno == self.append_line):
+            self._hold()
+        return self.trace_lines
+
+    def _hold(self) -> None:
+        if not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(10), "the test never released the signalling thread"
+
+
+class _Silent(Subscription):
+    def request(self, n: int) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("where", ["entry", "append"])
+def test_an_on_next_under_way_at_drain_is_drained_or_refused_never_lost(where: str) -> None:
+    # The source's shutdown: cancel, drain, close. An on_next already running when the
+    # drain starts must end up in what drain() returns or be refused visibly.
+    buffer = DemandBuffer(10, own_thread=False)
+    buffer.on_subscribe(_Silent())
+    buffer.on_next("before")
+    paused = _Paused(where)
+
+    def signal() -> None:
+        sys.settrace(paused.trace)
+        try:
+            buffer.on_next("under way")
+        finally:
+            sys.settrace(None)
+
+    signaller = threading.Thread(target=signal)
+    signaller.start()
+    assert paused.reached.wait(10)
+    buffer.cancel()
+    drained: list[Any] = []
+    drainer = threading.Thread(target=lambda: drained.extend(buffer.drain()))
+    drainer.start()
+    # Paused before the append, the drain must wait for it (it has 1 s); at the entry
+    # it may not, and the element is then refused.
+    drainer.join(0.2)
+    paused.go.set()
+    signaller.join(10)
+    drainer.join(10)
+    buffer.on_next("after the drain")
+    buffer.close()
+    assert buffer.buffered == 0, "an element was kept after drain() where nobody reads it"
+    if where == "append":  # under way before the seal: waited for, and drained
+        assert (drained, buffer.refused) == (["before", "under way"], 1)
+    else:  # not yet counted as signalling: the seal refuses it
+        assert (drained, buffer.refused) == (["before"], 2)
