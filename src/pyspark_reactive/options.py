@@ -139,7 +139,7 @@ def parse_source_options(options: Mapping[str, str], *,
     wal = lower.get("wallocation")
     if wal is not None and not wal.strip():
         raise OptionError("walLocation", wal, "a local path or a filesystem URI pyarrow "
-                          "understands (file://, hdfs://, s3://, ...)")
+                          "understands (file:/path, hdfs://, s3://, ...)")
     assert max_records is not None and fill_wait is not None
     return SourceOptions(publisher=publisher, max_records_per_trigger=max_records,
                          fill_wait_ms=fill_wait, wal_location=wal.strip() if wal else None,

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 
@@ -47,33 +48,68 @@ class WalLockTimeout(TimeoutError):
     """Another query run still holds the log's lock."""
 
 
+# A URI scheme (RFC 3986): a letter, then letters, digits, "+", "-" or ".", then ":".
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def local_path(location: str) -> str | None:
+    """The absolute local path ``location`` names, or ``None`` for another filesystem's URI.
+
+    A plain path (``~`` expanded, relative to the working directory) and a ``file:`` URI
+    in each form Hadoop and Spark write it (``file:/tmp/x``, ``file:///tmp/x``,
+    ``file://localhost/tmp/x``, percent-escapes decoded) name a local directory.
+
+    Raises
+    ------
+    ValueError
+        For a ``file:`` URI that names another host or a relative path.
+    """
+    match = _SCHEME.match(location)
+    if match is None or match.group(1).lower() != "file":
+        if match is not None and len(match.group(1)) > 1:
+            return None  # hdfs://, s3://, ...: pyarrow decides
+        return os.path.abspath(os.path.expanduser(location))
+    parsed = urllib.parse.urlsplit(location)
+    if parsed.netloc not in ("", "localhost"):
+        raise ValueError(
+            f"a file: URI names a path on this machine, but this one names the host "
+            f"{parsed.netloc!r}; write file:///{parsed.netloc}{parsed.path} or "
+            f"/{parsed.netloc}{parsed.path} if that is what you meant")
+    path = urllib.parse.unquote(parsed.path)
+    if not path.startswith("/") or parsed.query or parsed.fragment:
+        raise ValueError("a file: URI must name an absolute path, as in file:/tmp/wal or "
+                         "file:///tmp/wal")
+    return os.path.normpath(path)
+
+
 class WriteAheadLog:
     """A directory of batches, on the local disk or any filesystem pyarrow understands.
 
     Parameters
     ----------
     location : str
-        A local path, ``file://`` URI, or any URI ``pyarrow.fs.FileSystem.from_uri``
-        accepts (``hdfs://``, ``s3://``, ``gs://``, ...).
+        A local path, a ``file:`` URI (``file:/tmp/x``, ``file:///tmp/x``), or any URI
+        ``pyarrow.fs.FileSystem.from_uri`` accepts (``hdfs://``, ``s3://``, ``gs://``, ...).
 
     Raises
     ------
     ValueError
-        When pyarrow does not understand the URI.
+        For a ``file:`` URI of another host or of a relative path, or a URI pyarrow
+        does not understand.
     """
 
     def __init__(self, location: str) -> None:
         self.location = location
         self._lock_fd: int | None = None
-        if "://" in location and not location.startswith("file://"):
+        local = local_path(location)
+        if local is None:
             try:
                 self._fs, self._root = pafs.FileSystem.from_uri(location)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
                 raise ValueError(f"pyarrow does not understand this URI: {error}") from error
             self._local: str | None = None
         else:
-            path = location[len("file://"):] if location.startswith("file://") else location
-            self._local = os.path.abspath(os.path.expanduser(path))
+            self._local = local
             self._fs, self._root = pafs.LocalFileSystem(), self._local
 
     def _path(self, name: str) -> str:
