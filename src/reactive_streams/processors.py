@@ -177,8 +177,12 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
             queue = outlet.queue
             taken = [queue.popleft() for _ in range(min(n, len(queue)))]
             terminal = self._terminal
-            if terminal is COMPLETE and queue:
-                terminal = None  # complete only after the backlog
+            if queue and (terminal is COMPLETE or n > 0):
+                # Complete only after the whole backlog. An error follows the elements
+                # requested before it (§4.2): a full pull may have been cut at the
+                # emitter's chunk, with demand left. The emitter then pulls again, and a
+                # pull of 0 means that demand is used up.
+                terminal = None
         if taken:
             self._link.schedule()
         return taken, terminal

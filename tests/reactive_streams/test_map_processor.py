@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -202,6 +203,66 @@ def test_error_follows_only_the_elements_already_requested() -> None:
         processor.on_next(i)  # buffered for r, which asked for 1
     processor.on_error(EOFError("cut"))
     assert r.elements == [0] and [type(e) for e in r.errors] == [EOFError]
+
+
+def _fail_during_first_on_next(failure: Callable[[], None]) -> Recorder:
+    """A subscriber that, inside its first on_next, has ``failure`` run on another thread
+    and waits for it to return, so the failure lands while requested elements are still
+    buffered."""
+    failed = threading.Event()
+
+    def fail() -> None:
+        failure()
+        failed.set()
+
+    class FailsOnFirst(Recorder):
+        def handle(self, element: Any) -> None:
+            if len(self.elements) == 1:
+                threading.Thread(target=fail).start()
+                assert failed.wait(10), "the failing signal did not return"
+
+    return FailsOnFirst()
+
+
+def test_upstream_error_follows_every_requested_element_beyond_a_chunk() -> None:
+    # As the review found it: 3,000 elements buffered and requested (several of the
+    # emitter's chunks), upstream fails during the first on_next. §4.2 propagates the
+    # error, after everything that was requested.
+    processor: MapProcessor[int, int] = MapProcessor(lambda x: x, buffer_size=5000)
+    r = _fail_during_first_on_next(lambda: processor.on_error(EOFError("cut")))
+    processor.subscribe(r)
+    processor.on_subscribe(_ManualUpstream())
+    for i in range(3000):
+        processor.on_next(i)
+    r.request(3000)
+    r.wait_done()
+    assert len(r.elements) == 3000, (
+        f"requested 3000 buffered elements, received {len(r.elements)} before on_error")
+    assert r.elements == list(range(3000)) and [type(e) for e in r.errors] == [EOFError]
+    r.assert_clean()
+
+
+def test_fn_error_follows_the_requested_elements_mapped_before_it() -> None:
+    def fragile(x: int) -> int:
+        if x == 3000:
+            raise ZeroDivisionError("x == 3000")
+        return x
+
+    processor: MapProcessor[int, int] = MapProcessor(fragile, buffer_size=5000)
+    r = _fail_during_first_on_next(lambda: processor.on_next(3000))  # fn raises
+    processor.subscribe(r)
+    upstream = _ManualUpstream()
+    processor.on_subscribe(upstream)
+    for i in range(3000):
+        processor.on_next(i)
+    r.request(2500)  # not all of the backlog: the error follows what was asked for
+    r.wait_done()
+    assert upstream.cancelled
+    assert len(r.elements) == 2500, (
+        f"requested 2500 mapped elements, received {len(r.elements)} before on_error")
+    assert r.elements == list(range(2500))
+    assert [type(e) for e in r.errors] == [ZeroDivisionError]
+    r.assert_clean()
 
 
 def test_completion_waits_for_the_backlog() -> None:
