@@ -8,6 +8,7 @@ task, the micro-batch ends later and the source behind the query requests no mor
 from __future__ import annotations
 
 import logging
+import numbers
 import threading
 import time
 from collections.abc import Callable
@@ -76,8 +77,15 @@ class SubscriberForeachWriter:
         ``factory(partition_id, epoch_id) -> Subscriber``, called in ``open`` on the
         executor; it travels there pickled, so a closure works.
     demand_timeout : float, optional
-        Seconds ``process`` waits for demand before failing the task; ``None`` (default)
-        waits as long as the subscriber takes.
+        Seconds ``process`` waits for demand before failing the task: a positive number;
+        ``None`` (default) waits as long as the subscriber takes.
+
+    Raises
+    ------
+    TypeError
+        When ``factory`` is not callable.
+    ValueError
+        When ``demand_timeout`` is neither ``None`` nor a positive number.
 
     Notes
     -----
@@ -104,7 +112,7 @@ class SubscriberForeachWriter:
             raise TypeError(f"SubscriberForeachWriter: factory must be callable, got "
                             f"{type(factory).__name__}")
         self.factory = factory
-        self.demand_timeout = demand_timeout
+        self.demand_timeout = _seconds_or_none(demand_timeout)
         self._subscriber: Subscriber[Any] | None = None
         self._subscription: _TaskSubscription | None = None
         self.dropped = 0
@@ -176,3 +184,17 @@ class SubscriberForeachWriter:
             if self._subscription is not None:
                 self._subscription.cancel()
             self._release()
+
+
+def _seconds_or_none(value: Any) -> float | None:
+    # Checked here, in the driver, rather than in process() on an executor: a bad value
+    # there fails a task far from the line that gave it.
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        seconds = float(value)
+        if seconds > 0:  # NaN is not
+            return seconds
+    raise ValueError(f"SubscriberForeachWriter: demand_timeout={value!r} is not accepted: "
+                     "None (wait as long as the subscriber takes) or a positive number of "
+                     "seconds")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import gc
-import json
 import threading
 import time
 import tracemalloc
@@ -22,10 +21,8 @@ from spark_publishers import Recording
 from pyspark_reactive import (
     ForeachBatchPublisher,
     SparkConnectNotSupported,
-    SubscriberForeachWriter,
     publish,
 )
-from pyspark_reactive.foreach_writer import _TaskSubscription
 from reactive_streams import Subscriber, Subscription, SyncSubscriber
 
 
@@ -254,66 +251,6 @@ def test_spark_connect_is_refused_clearly() -> None:
 def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ForeachBatchPublisher(**kwargs)
-
-
-# -- foreach: subscribers on the executors ----------------------------------------------------
-
-
-class FileSubscriber(SyncSubscriber[Any]):
-    """Runs on an executor; writes what it saw to a file the test reads."""
-
-    def __init__(self, path: str, take: int | None) -> None:
-        super().__init__(batch_size=7)
-        self.path = path
-        self.take = take
-        self.values: list[int] = []
-
-    def on_element(self, row: Any) -> bool:
-        self.values.append(row.value)
-        return self.take is None or len(self.values) < self.take
-
-    def on_finished(self, error: BaseException | None) -> None:
-        with open(self.path, "w") as out:
-            json.dump({"values": self.values, "error": repr(error) if error else None,
-                       "outstanding": self.outstanding}, out)
-
-
-@pytest.mark.parametrize("take", [None, 10])
-def test_foreach_writer_feeds_subscribers_on_executors(spark: SparkSession, tmp_path: Path,
-                                                       take: int | None) -> None:
-    out = str(tmp_path)
-
-    def factory(partition: int, epoch: int) -> Subscriber[Any]:
-        return FileSubscriber(f"{out}/p{partition}-e{epoch}.json", take)
-
-    df = reactive(spark, publisher="range", count=2000, maxRecordsPerTrigger=2000,
-                  numPartitions=2).load()
-    query = (df.writeStream.foreach(SubscriberForeachWriter(factory))
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(availableNow=True).start())
-    assert query.awaitTermination(120)
-    assert query.exception() is None
-    results = [json.loads(p.read_text()) for p in tmp_path.glob("p*-e*.json")]
-    assert len(results) == 2 and all(r["error"] is None for r in results)
-    values = sorted(v for r in results for v in r["values"])
-    if take is None:
-        assert values == list(range(2000))
-    else:
-        # Each cancels after 10 rows: the rest of its task is dropped, not retried.
-        assert [len(r["values"]) for r in results] == [10, 10]
-
-
-def test_task_subscription_rules() -> None:
-    subscription = _TaskSubscription()
-    subscription.request(2**62)
-    subscription.request(2**62)
-    assert subscription.demand == 2**63 - 1  # §3.17
-    subscription.request(0)
-    assert isinstance(subscription.failure, ValueError) and "§3.9" in str(subscription.failure)
-    subscription.cancel()
-    subscription.cancel()  # §3.5
-    assert subscription.cancelled
-    assert subscription.wait_for_demand(0.01)
 
 
 def test_given_to_foreach_batch_directly_it_finds_its_query(spark: SparkSession,

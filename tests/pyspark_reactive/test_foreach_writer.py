@@ -1,0 +1,112 @@
+"""SubscriberForeachWriter with real Spark: subscribers made on the executors, one per task,
+fed against their demand; its arguments checked where they are given."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pyspark_reactive import SubscriberForeachWriter
+from pyspark_reactive.foreach_writer import _TaskSubscription
+from reactive_streams import Subscriber, SyncSubscriber
+
+
+def ranged(spark: SparkSession, **options: Any) -> Any:
+    """A streaming DataFrame of the built-in ``range`` publisher."""
+    reader = spark.readStream.format("reactive").option("publisher", "range")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+
+class FileSubscriber(SyncSubscriber[Any]):
+    """Runs on an executor; writes what it saw to a file the test reads."""
+
+    def __init__(self, path: str, take: int | None) -> None:
+        super().__init__(batch_size=7)
+        self.path = path
+        self.take = take
+        self.values: list[int] = []
+
+    def on_element(self, row: Any) -> bool:
+        self.values.append(row.value)
+        return self.take is None or len(self.values) < self.take
+
+    def on_finished(self, error: BaseException | None) -> None:
+        with open(self.path, "w") as out:
+            json.dump({"values": self.values, "error": repr(error) if error else None,
+                       "outstanding": self.outstanding}, out)
+
+
+@pytest.mark.parametrize("take", [None, 10])
+def test_foreach_writer_feeds_subscribers_on_executors(spark: SparkSession, tmp_path: Path,
+                                                       take: int | None) -> None:
+    out = str(tmp_path)
+
+    def factory(partition: int, epoch: int) -> Subscriber[Any]:
+        return FileSubscriber(f"{out}/p{partition}-e{epoch}.json", take)
+
+    df = ranged(spark, count=2000, maxRecordsPerTrigger=2000, numPartitions=2)
+    query = (df.writeStream.foreach(SubscriberForeachWriter(factory))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    results = [json.loads(p.read_text()) for p in tmp_path.glob("p*-e*.json")]
+    assert len(results) == 2 and all(r["error"] is None for r in results)
+    values = sorted(v for r in results for v in r["values"])
+    if take is None:
+        assert values == list(range(2000))
+    else:
+        # Each cancels after 10 rows: the rest of its task is dropped, not retried.
+        assert [len(r["values"]) for r in results] == [10, 10]
+
+
+def test_task_subscription_rules() -> None:
+    subscription = _TaskSubscription()
+    subscription.request(2**62)
+    subscription.request(2**62)
+    assert subscription.demand == 2**63 - 1  # §3.17
+    subscription.request(0)
+    assert isinstance(subscription.failure, ValueError) and "§3.9" in str(subscription.failure)
+    subscription.cancel()
+    subscription.cancel()  # §3.5
+    assert subscription.cancelled
+    assert subscription.wait_for_demand(0.01)
+
+
+
+class Idle(Subscriber[Any]):
+    """Never requests anything."""
+
+    def on_subscribe(self, subscription: Any) -> None:
+        pass
+
+    def on_next(self, element: Any) -> None:
+        pass
+
+    def on_error(self, error: BaseException) -> None:
+        pass
+
+    def on_complete(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("value", ["5", -1, 0, float("nan"), True, [5]])
+def test_demand_timeout_is_checked_where_it_is_given(value: Any) -> None:
+    # Not in process() on an executor, where it used to fail a task far from the mistake.
+    with pytest.raises(ValueError, match=rf"demand_timeout={re.escape(repr(value))} is not "
+                                         r"accepted: None .* or a positive number of seconds"):
+        SubscriberForeachWriter(lambda partition, epoch: Idle(), demand_timeout=value)
+
+
+@pytest.mark.parametrize("value", [None, 5, 0.25])
+def test_demand_timeout_accepted(value: Any) -> None:
+    writer = SubscriberForeachWriter(lambda partition, epoch: Idle(), demand_timeout=value)
+    assert writer.demand_timeout == value
