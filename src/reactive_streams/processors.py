@@ -220,6 +220,11 @@ class _UpstreamLink(SerialWorker):
                 upstream.cancel()
         return False
 
+    def _work_failed(self, error: BaseException) -> None:
+        # Upstream raised from request or cancel (breaking §3.16 or §3.15): the processor
+        # fails with that error (§4.2) and cancels upstream on the loop's next turn.
+        self.processor._finish(error, cancel_upstream=True)
+
 
 class _Outlet(Source[R], Generic[R]):
     """One subscriber's backlog, drained by its own emitter."""

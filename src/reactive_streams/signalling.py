@@ -103,6 +103,14 @@ class SerialWorker(ABC):
     turn. With a ``dispatch`` the loop runs there; without one it runs on the calling
     thread. If ``dispatch`` refuses (an executor already shut down), the loop runs inline
     after :meth:`_dispatch_failed` has been told why.
+
+    An exception raised by ``_work`` ends that turn. It is logged at ERROR with its
+    traceback on the ``reactive_streams`` logger (a dispatch such as ``executor.submit``
+    would keep it in a future nobody reads) and handed to :meth:`_work_failed`, which
+    brings the subclass to a terminal state. The worker stays usable: work scheduled
+    meanwhile gets its turn, and later ``_schedule()`` calls run the loop again. The
+    exception is not raised to whoever scheduled the work, except ``KeyboardInterrupt``
+    and other non-``Exception`` errors, which are re-raised after the counter is reset.
     """
 
     def __init__(self, dispatch: Dispatch | None = None) -> None:
@@ -131,7 +139,16 @@ class SerialWorker(ABC):
     def _drain(self) -> None:
         missed = 1
         while True:
-            if self._work() and self._dispatch is not None:
+            try:
+                more = self._work()
+            except BaseException as exc:
+                self._loop_raised(exc)
+                if not isinstance(exc, Exception):
+                    with self._lock:
+                        self._wip = 0  # leave the loop, releasing the counter
+                    raise  # KeyboardInterrupt, SystemExit: not ours to absorb
+                more = False
+            if more and self._dispatch is not None:
                 # Hand the thread back and continue in a fresh task; the counter stays
                 # raised, so nobody else starts a loop meanwhile.
                 self._run()
@@ -142,12 +159,26 @@ class SerialWorker(ABC):
             if missed == 0:
                 return
 
+    def _loop_raised(self, error: BaseException) -> None:
+        log.error("the signal loop of %r raised; the failure goes to its _work_failed", self,
+                  exc_info=(type(error), error, error.__traceback__))
+        try:
+            self._work_failed(error)
+        except Exception:
+            log.exception("%r failed to handle the failure of its signal loop", self)
+
     @abstractmethod
     def _work(self) -> bool:
         """One turn of the loop. Return True to yield the dispatcher with work left."""
 
     def _dispatch_failed(self, error: BaseException) -> None:  # noqa: B027 - optional hook
         """``dispatch`` refused the loop; it will run inline once."""
+
+    def _work_failed(self, error: BaseException) -> None:  # noqa: B027 - optional hook
+        """``_work`` raised ``error`` (already logged); still serial with the loop's turns.
+
+        Override to reach a terminal state: fail the subscription, release threads.
+        """
 
 
 class Source(ABC, Generic[T]):
@@ -357,6 +388,12 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
             delivered += len(elements)
             if self._dispatch is not None and delivered >= CHUNK:
                 return True  # give other work on the dispatcher a turn
+
+    def _work_failed(self, error: BaseException) -> None:
+        # A bug in the loop or the source, not the subscriber's (§2.13 is handled in
+        # _work): the stream fails with it, and everything is released (§3.13).
+        if not self._done:
+            self._terminate(None if self._cancelled else error)
 
     def _halted(self) -> None:
         """Cancelled (nothing more is signalled) or failed (on_error is signalled)."""

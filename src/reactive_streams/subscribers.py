@@ -124,9 +124,11 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
             return
         self._stopped = True
         subscription, self._subscription = self._subscription, None
-        if subscription is not None:
-            subscription.cancel()
-        self._end(error)
+        try:
+            if subscription is not None:
+                subscription.cancel()
+        finally:
+            self._end(error)  # even if cancel() raised, breaking §3.15
 
     def _end(self, error: BaseException | None) -> None:
         self._error = error
@@ -291,12 +293,24 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
             else:
                 self._handle_terminal(value if kind == "error" else None)
         if self._stopped:
-            with self._lock:
-                holds, self._holds_runner = self._holds_runner, False
-                self._dispatch = None  # late signals are handled inline, and dropped
-            if holds:
-                self._runner.release()
+            self._release_runner()
         return False
+
+    def _work_failed(self, error: BaseException) -> None:
+        # Handling a signal raised outside on_element (a subscription that raised from
+        # request, breaking §3.16): cancel, end with that error, give the thread back.
+        try:
+            self._stop(error)
+        finally:
+            self._release_runner()
+        self._work()  # what is still queued is dropped; a second subscription cancelled (§2.5)
+
+    def _release_runner(self) -> None:
+        with self._lock:
+            holds, self._holds_runner = self._holds_runner, False
+            self._dispatch = None  # late signals are handled inline, and dropped
+        if holds:
+            self._runner.release()
 
 
 def collect(publisher: Publisher[T], timeout: float | None = None,

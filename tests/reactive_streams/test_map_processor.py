@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -263,6 +264,27 @@ def test_fn_error_follows_the_requested_elements_mapped_before_it() -> None:
     assert r.elements == list(range(2500))
     assert [type(e) for e in r.errors] == [ZeroDivisionError]
     r.assert_clean()
+
+
+def test_upstream_raising_from_request_fails_the_processor_and_is_cancelled(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class RaisingUpstream(_ManualUpstream):
+        def request(self, n: int) -> None:
+            raise RuntimeError("upstream bug in request()")  # breaks §3.16
+
+    processor: MapProcessor[int, int] = MapProcessor(lambda x: x, buffer_size=4)
+    r = Recorder(initial=4)
+    processor.subscribe(r)
+    upstream = RaisingUpstream()
+    with caplog.at_level(logging.ERROR, logger="reactive_streams"):
+        processor.on_subscribe(upstream)  # §2.13: returns normally all the same
+    r.wait_done()
+    assert [str(e) for e in r.errors] == ["upstream bug in request()"]
+    assert upstream.cancelled
+    assert "upstream bug in request()" in caplog.text
+    late = Recorder()
+    processor.subscribe(late)  # the processor has ended, with that error
+    assert [type(e) for e in late.errors] == [RuntimeError]
 
 
 def test_completion_waits_for_the_backlog() -> None:

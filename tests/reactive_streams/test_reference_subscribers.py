@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -191,6 +192,37 @@ def test_async_subscriber_cancel_from_outside_drops_queued_elements() -> None:
     assert subscription.cancelled.wait(5)
     subscriber.on_next(3)  # §2.8: still accepted after cancel, and ignored
     assert subscriber.seen in ([], [0])  # never the queued 1 and 2
+
+
+def test_async_subscriber_whose_handling_raises_cancels_ends_and_stops_its_thread(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class RaisesOnRefill(ManualSubscription):
+        def request(self, n: int) -> None:
+            super().request(n)
+            if len(self.requests) == 2:  # breaks §3.16: request must return normally
+                raise RuntimeError("publisher bug in request()")
+
+    subscriber = AsyncKeep(batch_size=2)
+    subscription = RaisesOnRefill()
+    with caplog.at_level(logging.ERROR, logger="reactive_streams"):
+        subscriber.on_subscribe(subscription)
+        subscriber.on_next(0)  # handled on the subscriber's thread: the refill raises
+        assert subscriber.wait(5), "the subscriber never ended after its handling raised"
+        with pytest.raises(RuntimeError, match="publisher bug in request"):
+            subscriber.join(timeout=0)
+        assert subscription.cancelled.is_set()
+        subscriber.on_next(1)  # §2.8: late signals are still accepted, and dropped
+        subscriber.on_complete()
+    assert subscriber.seen == [0] and subscriber.queued == 0
+    assert not subscriber._runner.running
+    (handler,) = subscriber.threads
+    thread = next((t for t in threading.enumerate() if t.ident == handler), None)
+    if thread is not None:
+        thread.join(5)
+        assert not thread.is_alive(), "the subscriber's thread is still alive"
+    assert any(r.exc_info is not None for r in caplog.records
+               if r.name == "reactive_streams"), "the exception was not logged"
+    assert "publisher bug in request()" in caplog.text  # with its traceback
 
 
 def test_async_subscriber_cancelled_before_on_subscribe_cancels_the_subscription() -> None:

@@ -16,6 +16,7 @@ from reactive_streams.signalling import (
     CHUNK,
     COMPLETE,
     Emitter,
+    SerialWorker,
     Source,
     Terminal,
     first_none,
@@ -197,6 +198,70 @@ def test_refused_dispatch_fails_the_stream_inline() -> None:
     assert recorder.subscribed.is_set()
     assert [type(e) for e in recorder.errors] == [RuntimeError]
     assert "refused" in str(recorder.errors[0])
+
+
+class FailsOnce(SerialWorker):
+    """A worker whose first turn raises; later turns are counted."""
+
+    def __init__(self, dispatch: Any) -> None:
+        super().__init__(dispatch)
+        self.turns = 0
+        self.failures: list[BaseException] = []
+        self.failed = threading.Event()
+        self.ran_again = threading.Event()
+
+    def _work(self) -> bool:
+        self.turns += 1
+        if self.turns == 1:
+            raise LookupError("bug in the first turn")
+        self.ran_again.set()
+        return False
+
+    def _work_failed(self, error: BaseException) -> None:
+        self.failures.append(error)
+        self.failed.set()
+
+
+def test_a_loop_raising_on_a_pool_is_logged_and_leaves_the_worker_usable(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # The dispatch discards what the pool returns, so nothing but the worker itself can
+    # report the exception; and its in-progress counter must not stay raised.
+    with ThreadPoolExecutor(1) as pool, \
+            caplog.at_level(logging.ERROR, logger="reactive_streams"):
+        worker = FailsOnce(pool.submit)
+        worker._schedule()
+        assert worker.failed.wait(5), "the failure of the loop was not handed to the worker"
+        assert [type(e) for e in worker.failures] == [LookupError]
+        worker._schedule()  # the counter went down: a new loop runs
+        assert worker.ran_again.wait(5), "the worker never ran again after its loop raised"
+    records = [r for r in caplog.records if r.name == "reactive_streams"]
+    assert records and records[0].exc_info is not None, "logged without its traceback"
+    assert "bug in the first turn" in caplog.text
+
+
+def test_an_emitter_whose_loop_raises_on_a_pool_fails_the_subscription_and_releases(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class NotASequence(Counting):
+        def pull(self, n: int) -> tuple[Sequence[int], Terminal | None]:
+            elements, terminal = super().pull(n)
+            # Breaks the Source contract (a Sequence): len() fails inside the loop.
+            return (iter(elements) if elements else elements), terminal  # type: ignore[return-value]
+
+    source = NotASequence(stop=100)
+    recorder = Recorder()
+    with ThreadPoolExecutor(2) as pool, \
+            caplog.at_level(logging.ERROR, logger="reactive_streams"):
+        emitter = Emitter(recorder, source, dispatch=pool.submit)
+        emitter.start()
+        assert recorder.subscribed.wait(5)
+        recorder.request(3)
+        recorder.wait_done(timeout=5)
+    assert recorder.elements == [0, 1, 2]
+    assert [type(e) for e in recorder.errors] == [TypeError]
+    assert emitter.done and source.closed == 1  # §3.13: released
+    recorder.assert_clean()
+    assert any(r.exc_info is not None for r in caplog.records
+               if r.name == "reactive_streams"), "the loop's exception was not logged"
 
 
 def test_signals_are_serialised_when_requests_and_pushes_race() -> None:
