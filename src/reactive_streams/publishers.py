@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
@@ -20,6 +21,8 @@ from .signalling import COMPLETE, Emitter, Source, Terminal, first_none, require
 __all__ = ["AsyncIterablePublisher", "IterablePublisher", "RangePublisher"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("reactive_streams")
 
 
 class RangePublisher(Publisher[int]):
@@ -163,7 +166,9 @@ class AsyncIterablePublisher(Publisher[T], Generic[T]):
     Each subscription runs one task that awaits the next element only while there is
     unfilled demand, so the iterator is never read ahead of what was requested. Signals
     are sent from the loop's thread. An exception from the iterator becomes
-    ``on_error``; cancel cancels the task (an async generator's ``finally`` runs).
+    ``on_error``. Cancel cancels the task; nothing more is pulled after it, even from an
+    iterator that absorbs the cancellation, and the iterator is closed (``aclose``, so an
+    async generator's ``finally`` runs) whenever its subscription ends.
 
     Parameters
     ----------
@@ -218,6 +223,7 @@ class _AsyncIteratorSource(Source[T]):
         self._wanted = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
         ready = self._ready
@@ -230,13 +236,18 @@ class _AsyncIteratorSource(Source[T]):
         return taken, (self._terminal if not ready else None)
 
     async def _fetch(self) -> None:
+        iterator: AsyncIterator[T] | None = None
         try:
-            iterator: AsyncIterator[T] = aiter(self._make())
+            iterator = aiter(self._make())
             while True:
                 while self._wanted <= len(self._ready):
                     self._wake.clear()
                     await self._wake.wait()
                 element = await anext(iterator)
+                if self._closed:
+                    # §3.12: cancelled while this element was awaited, and the iterator
+                    # absorbed the task's cancellation: pull nothing more.
+                    return
                 if element is None:
                     raise TypeError("§2.13: the async iterable produced None; elements must "
                                     "not be None")
@@ -248,6 +259,9 @@ class _AsyncIteratorSource(Source[T]):
             return  # close(): the subscription ended
         except Exception as exc:
             self._terminal = exc
+        finally:
+            if iterator is not None:
+                await _aclose(iterator)
         self._notify()
 
     def _notify(self) -> None:
@@ -257,12 +271,24 @@ class _AsyncIteratorSource(Source[T]):
     def close(self) -> None:
         task, self._task = self._task, None
         self.emitter = None
+        self._closed = True
         if task is not None and not task.done():
             task.cancel()
             # The cancelled task finishes on the loop; release the loop after it.
             task.add_done_callback(lambda _: self._runner.release())
         else:
             self._runner.release()
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    """Close an async iterator that can be closed (an async generator's ``finally`` runs)."""
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        await aclose()
+    except Exception:  # e.g. RuntimeError: async generator ignored GeneratorExit
+        log.exception("closing the async iterator %r failed", iterator)
 
 
 def _factory(value: object, accepted: type, one_shot: Callable[[Any], bool],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import sys
 import threading
 import weakref
@@ -365,6 +366,48 @@ def test_async_iterable_is_not_read_ahead_of_demand() -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_cancel_stops_pulling_an_async_generator_that_absorbs_it_and_closes_it() -> None:
+    started = 0  # pulls the generator began: one per anext()
+    at_cancel: list[int] = []
+    closed = threading.Event()
+
+    async def stubborn() -> AsyncIterator[int]:
+        nonlocal started
+        try:
+            for i in itertools.count():
+                started += 1
+                if i >= 3:
+                    try:
+                        await asyncio.sleep(3600)  # where the cancellation lands
+                    except asyncio.CancelledError:
+                        pass  # absorbed: the generator carries on
+                yield i
+        finally:
+            closed.set()
+
+    class CancelsAtThird(Recorder):
+        def handle(self, element: Any) -> None:
+            if element == 2:
+                at_cancel.append(started)
+                self.cancel()  # with demand left, the task is awaiting element 3
+
+    publisher = AsyncIterablePublisher(stubborn)
+    recorder = CancelsAtThird(initial=8)
+    publisher.subscribe(recorder)
+    recorder.wait_for_elements(3)
+    assert closed.wait(5), "the async generator was not closed (aclose) after cancel"
+    assert started == at_cancel[0], (
+        f"§3.12: {started - at_cancel[0]} more pulls began after cancel")
+    assert recorder.elements == [0, 1, 2] and recorder.terminals == 0
+    # No subscription is live: the loop the publisher owns stops, and its thread ends.
+    assert _poll(lambda: not publisher._runner.running), "the loop runner was not released"
+    (loop_ident,) = recorder.signal_threads
+    loop_thread = next((t for t in threading.enumerate() if t.ident == loop_ident), None)
+    if loop_thread is not None:
+        loop_thread.join(5)
+        assert not loop_thread.is_alive(), "the publisher's loop thread is still alive"
 
 
 def test_each_element_is_signalled_as_soon_as_the_iterator_yields_it() -> None:
