@@ -4,7 +4,12 @@ fed against their demand; its arguments checked where they are given."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_reactive import SubscriberForeachWriter
-from pyspark_reactive.foreach_writer import _TaskSubscription
+from pyspark_reactive.foreach_writer import TaskGone, _TaskLink, _TaskSubscription
 from reactive_streams import Subscriber, SyncSubscriber
 
 
@@ -110,3 +115,71 @@ def test_demand_timeout_is_checked_where_it_is_given(value: Any) -> None:
 def test_demand_timeout_accepted(value: Any) -> None:
     writer = SubscriberForeachWriter(lambda partition, epoch: Idle(), demand_timeout=value)
     assert writer.demand_timeout == value
+
+
+class TakesOne(Idle):
+    """Requests one row and no more; on an executor, says which worker waits and how the
+    subscription ended."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_subscribe(self, subscription: Any) -> None:
+        subscription.request(1)
+
+    def on_next(self, element: Any) -> None:
+        # The task's next process() now waits for demand that never comes.
+        Path(self.out, f"worker-{os.getpid()}").touch()
+
+    def on_error(self, error: BaseException) -> None:
+        Path(self.out, "on_error").write_text(str(error))
+
+    def on_complete(self) -> None:
+        Path(self.out, "on_complete").touch()
+
+
+def test_stop_frees_a_task_waiting_for_demand(spark: SparkSession, tmp_path: Path) -> None:
+    # With no demand_timeout the wait has no bound of its own: it must end when Spark ends
+    # the task, or the Python worker stays blocked for good after query.stop().
+    out = str(tmp_path)
+    df = ranged(spark, count=100, maxRecordsPerTrigger=100, numPartitions=1)
+    # One batch of 100 rows, one task: the one that waits.
+    query = (df.writeStream.foreach(SubscriberForeachWriter(lambda p, e: TakesOne(out)))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    deadline = time.monotonic() + 120
+    # Nothing signals from an executor to the test: look for the file every 50 ms.
+    while not list(tmp_path.glob("worker-*")) and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    [marker] = tmp_path.glob("worker-*")
+    worker = int(marker.name.split("-")[1])
+    exited = os.pidfd_open(worker)  # readable once the process has ended
+    try:
+        query.stop()
+        assert select.select([exited], [], [], 20)[0], \
+            f"the worker {worker} still waits for demand 20 s after query.stop()"
+    finally:
+        os.close(exited)
+    # The subscriber learns that its task ended before all its rows came.
+    assert "Spark ended the task" in (tmp_path / "on_error").read_text()
+    assert not (tmp_path / "on_complete").exists()
+
+
+def test_a_wait_for_demand_ends_when_the_executor_closes_the_task_socket() -> None:
+    # The worker's side of its socket to the executor, with rows still unread in it.
+    worker_end, executor_end = socket.socketpair()
+    executor_leaves = threading.Timer(0.2, executor_end.close)
+    try:
+        link = _TaskLink(worker_end.fileno())
+        executor_end.sendall(b"rows not read yet")
+        assert not link.gone()
+        executor_leaves.start()
+        started = time.monotonic()
+        with pytest.raises(TaskGone, match="Spark ended the task"):
+            _TaskSubscription().wait_for_demand(None, link)
+        assert time.monotonic() - started < 5
+    finally:
+        executor_leaves.cancel()
+        executor_leaves.join()
+        worker_end.close()
+        executor_end.close()
