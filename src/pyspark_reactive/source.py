@@ -147,6 +147,8 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._run
 
     def initialOffset(self) -> dict[str, int]:
+        # Spark asks only when the checkpoint has recorded no batch: a fresh query.
+        self._live().starting_fresh()
         return {"offset": 0}
 
     def getDefaultReadLimit(self) -> Any:
@@ -210,6 +212,8 @@ class _QueryRun:
         self.batches: dict[int, tuple[int, pa.Table]] = {}
         self.deferred: RowConversionError | None = None
         self.parent = os.getppid()
+        self._fresh_checked = False
+        self._claimed = False
         self._busy = False
         self._terminating = False
         self.wal: WriteAheadLog | None = None
@@ -230,6 +234,11 @@ class _QueryRun:
 
     def latest(self, start: int | None, limit: Any) -> int:
         if start is None:  # Spark 4.0/4.1
+            if self.cursor is None:
+                # These versions call latestOffset() before initialOffset(), and a
+                # restarted query calls partitions() first (which sets the cursor): so
+                # this run starts from a checkpoint that has recorded no batch.
+                self.starting_fresh()
             start = self._resume_point() if self.cursor is None else self.cursor
         self.cursor = start
         stored = self._stored_end(start)
@@ -266,6 +275,11 @@ class _QueryRun:
         self.cursor = max(self.cursor or 0, end)
         if end <= start:
             return []
+        if self.wal is not None and not self._claimed:
+            # Spark records a batch's offsets in its checkpoint before it plans the
+            # batch: from now on a checkpoint refers to this log (see starting_fresh).
+            self.wal.claim(start)
+            self._claimed = True
         table = self._rows(start, end)
         if table is None and self.wal is not None:
             raise RuntimeError(
@@ -278,6 +292,35 @@ class _QueryRun:
                         start, end)
             return []
         return _split(table, start, self.options.num_partitions)
+
+    def starting_fresh(self) -> None:
+        """Refuse a write-ahead log that a checkpoint other than this query's refers to.
+
+        Called when Spark shows that the query's checkpoint has recorded no batch. A log
+        claimed by a checkpoint (see :meth:`WriteAheadLog.claim`) holds another query's
+        stream; offering its rows, or cutting this stream into it, would mix the two. A
+        log never claimed holds only rows that no checkpoint has planned (a query stopped
+        before its first batch was recorded): this query takes them over, in order.
+        """
+        if self._fresh_checked or self.wal is None:
+            return
+        self._fresh_checked = True
+        committed = self.wal.committed()
+        if committed is None:
+            if self.recovered:
+                rows = sum(e.end - e.start for e in self.recovered.values())
+                log.info("reactive source: taking over %d rows that a stopped run left in "
+                         "the write-ahead log before any checkpoint planned them", rows)
+            return
+        pending = sum(e.end - e.start for e in self.recovered.values())
+        raise RuntimeError(
+            f"reactive source: walLocation {self.options.wal_location!r} holds the "
+            f"write-ahead log of another checkpoint (committed up to offset {committed}, "
+            f"{pending} rows not yet committed), but this query starts from a checkpoint "
+            "that has recorded no batch. A write-ahead log belongs to one checkpoint: give "
+            "this query a walLocation of its own (for example beside its "
+            "checkpointLocation), restart the other query with its own checkpoint, or "
+            "delete that directory to start over (its uncommitted rows are then lost)")
 
     def commit(self, end: int) -> None:
         for start in [s for s, (e, _) in self.batches.items() if e <= end]:

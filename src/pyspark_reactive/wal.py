@@ -180,6 +180,15 @@ class WriteAheadLog:
 
     # -- truncating ----------------------------------------------------------------------
 
+    def claim(self, start: int) -> None:
+        """Mark the log as referred to by a checkpoint that planned a batch from ``start``.
+
+        Written as the committed mark (``start``: everything before it is committed) when
+        the log has none yet, so a log that has one belongs to a checkpoint.
+        """
+        if self.committed() is None:
+            self._write_bytes(self._path(_COMMITTED), str(start).encode())
+
     def commit(self, end: int) -> None:
         """Remember that Spark committed up to ``end`` and delete the entries before it."""
         self._write_bytes(self._path(_COMMITTED), str(end).encode())

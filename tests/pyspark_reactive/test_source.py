@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyspark
 import pytest
 from chispa import assert_df_equality
@@ -326,3 +327,45 @@ def test_read_stream_refuses_a_factory_it_cannot_ship(spark: SparkSession) -> No
         read_stream(spark, "range")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="option publisher='range'.*not with read_stream"):
         read_stream(spark, lambda options: None, publisher="range")
+
+
+def test_a_new_checkpoint_refuses_a_wal_another_checkpoint_left(spark: SparkSession,
+                                                                watch: ProgressWatch,
+                                                                queries: list[StreamingQuery],
+                                                                tmp_path: Path) -> None:
+    wal = tmp_path / "wal"
+    first, _ = to_memory(reactive(spark, publisher="range", maxRecordsPerTrigger=100,
+                                  walLocation=wal).load(), queries, tmp_path)
+    watch.wait_batches(first, 3)
+    first.stop()
+    # Same walLocation, new checkpoint, and a publisher whose values cannot be mistaken
+    # for the first run's: none of the first run's rows may come out of it.
+    second, name = to_memory(reactive(spark, publisher="range", start=1_000_000,
+                                      maxRecordsPerTrigger=100, walLocation=wal).load(),
+                             queries, tmp_path)
+    error = watch.wait_terminated(second)
+    assert error is not None and "holds the write-ahead log of another checkpoint" in error
+    assert "give this query a walLocation of its own" in error
+    assert spark.table(name).count() == 0
+
+
+def test_a_new_checkpoint_takes_over_rows_no_checkpoint_planned(spark: SparkSession,
+                                                               watch: ProgressWatch,
+                                                               queries: list[StreamingQuery],
+                                                               tmp_path: Path) -> None:
+    # What a run stopped before Spark recorded its first batch leaves: rows in the log,
+    # and no mark of any checkpoint. They were never delivered, so the next query does.
+    from pyspark.sql.types import StructType
+
+    from pyspark_reactive.rows import arrow_schema
+    from pyspark_reactive.wal import WalEntry, WriteAheadLog
+
+    schema = arrow_schema(StructType.fromDDL("value BIGINT"))
+    left = pa.record_batch([pa.array([70, 80, 90], pa.int64())], schema=schema)
+    WriteAheadLog(str(tmp_path / "wal")).write(WalEntry(0, 3), [left], schema)
+    query, name = to_memory(reactive(spark, publisher="range", count=5,
+                                     walLocation=tmp_path / "wal").load(), queries, tmp_path)
+    watch.wait_rows(query, 8)
+    query.stop()
+    assert watch.batch_sizes(query)[0] == 3, "the rows left come first, as one batch"
+    assert sorted(r.value for r in spark.table(name).collect()) == [0, 1, 2, 3, 4, 70, 80, 90]
