@@ -3,18 +3,40 @@
 ``spark`` is one local SparkSession for the whole test session. It is started only when
 a test first asks for it, so tests that don't use Spark never start a JVM, and pyspark
 is imported only then, so ``reactive_streams`` tests run without it loaded.
+
+Tests that need a session of another kind live in folders of their own and run in pytest
+processes of their own, because one process hosts one SparkContext: ``tests/connect``
+(a Spark Connect client of a local server) and ``tests/cluster`` (a standalone cluster on
+127.0.0.1). ``./dev test`` runs each; a plain ``pytest`` leaves them out unless the
+folder (or a file in it) is named on the command line.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+SEPARATE_SESSIONS = ("connect", "cluster")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    here = Path(__file__).parent
+    asked = [(config.invocation_params.dir / arg.split("::")[0]).resolve()
+             for arg in config.args]
+    for name in SEPARATE_SESSIONS:
+        folder = here / name
+        if collection_path == folder or folder in collection_path.parents:
+            if not any(path == folder or folder in path.parents for path in asked):
+                return True
+    return None
 
 
 @pytest.fixture(scope="session")
