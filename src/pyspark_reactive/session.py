@@ -7,17 +7,20 @@ the driver's own interpreter.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-__all__ = ["local_session", "read_spark_defaults"]
+__all__ = ["local_connect_session", "local_session", "read_spark_defaults"]
 
 SPARK_DEFAULTS_FILE = "spark-defaults.conf"
 LOG4J_FILE = "log4j2.properties"
@@ -86,21 +89,87 @@ def local_session(
     'UTC'
     """
     # Resolved even when a session already exists, so a wrong conf_dir is always reported.
+    settings = _settings(app_name, master, conf, conf_dir)
+    try:
+        return SparkSession.active()
+    except PySparkRuntimeError:
+        pass  # none yet: start one below
+    _python_workers_run_this_interpreter()
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def local_connect_session(
+    app_name: str = "pyspark-reactive",
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    *,
+    conf_dir: str | os.PathLike[str] | None = None,
+) -> SparkSession:
+    """Start a local Spark Connect server in this process and return a client of it.
+
+    The server is a Spark application like :func:`local_session`'s, with the same
+    settings (``spark-conf/``, this interpreter for Python workers, the driver on
+    127.0.0.1), plus the Connect endpoint on 127.0.0.1 and a free port. The session
+    returned talks to it over gRPC, as a notebook on Databricks standard or serverless
+    compute talks to its cluster. Needs the ``connect`` extra (``pip install
+    'pyspark-reactive[connect]'``). The server lives as long as this process.
+
+    Parameters
+    ----------
+    app_name, master, conf, conf_dir
+        As for :func:`local_session`; ``conf`` applies to the server.
+
+    Returns
+    -------
+    pyspark.sql.connect.session.SparkSession
+        A Spark Connect session.
+
+    Raises
+    ------
+    ImportError
+        When the ``connect`` extra is not installed.
+    RuntimeError
+        When this process already runs a classic session, which would not serve Connect.
+    """
+    if importlib.util.find_spec("grpc") is None:  # pyspark[connect] brings it
+        raise ImportError("a Spark Connect session needs the connect extra: "
+                          "pip install 'pyspark-reactive[connect]'")
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    if SparkSession.getActiveSession() is not None:
+        raise RuntimeError("local_connect_session: this process already runs a classic "
+                           "SparkSession, and one process holds one Spark application; "
+                           "stop it first, or use a new process")
+    with socket.socket() as probe:  # a free port on loopback for the Connect endpoint
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = {
+        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        # As pyspark's own local Connect server: each client session's artifacts apart.
+        "spark.sql.artifact.isolation.enabled": "true",
+        "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
+    }
+    local_session(app_name, master, {**server, **(conf or {})}, conf_dir=conf_dir)
+    # create(), not getOrCreate(): that would hand back the classic session just started.
+    session: Any = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+    return cast(SparkSession, session)
+
+
+def _settings(app_name: str, master: str, conf: Mapping[str, str] | None,
+              conf_dir: str | os.PathLike[str] | None) -> dict[str, str]:
+    """Every setting of a new local session, in the order :func:`local_session` gives."""
     directory = _find_conf_dir(conf_dir)
     defaults = read_spark_defaults(directory / SPARK_DEFAULTS_FILE)
     log4j_config = directory / LOG4J_FILE
     if not log4j_config.is_file():
         raise FileNotFoundError(f"Spark configuration directory {directory} has no {LOG4J_FILE}")
-
-    try:
-        return SparkSession.active()
-    except PySparkRuntimeError:
-        pass  # none yet: start one below
-
-    # Read by the JVM when it launches Python workers; it inherits this process's
-    # environment, so this has to happen before the first session starts it.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
     settings = dict(defaults)
     settings["spark.app.name"] = app_name
@@ -119,12 +188,14 @@ def local_session(
         log4j_option = f"{_LOG4J_OPTION}={log4j_config.as_uri()}"
         settings["spark.driver.extraJavaOptions"] = f"{log4j_option} {java_options}".strip()
 
-    builder = SparkSession.builder
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
-    return session
+    return settings
+
+
+def _python_workers_run_this_interpreter() -> None:
+    # Read by the JVM when it launches Python workers; it inherits this process's
+    # environment, so this has to happen before the first session starts it.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
 def read_spark_defaults(path: str | os.PathLike[str]) -> dict[str, str]:

@@ -1,0 +1,36 @@
+"""The ``spark`` of these tests is a Spark Connect client of a local server started in this
+process (``local_connect_session()``), as notebooks on Databricks standard and serverless
+compute see Spark: user code on the client, ``foreachBatch`` in a process on the server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The source tests' publishers (spark_publishers.py), for the tests here to import too.
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pyspark_reactive"))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from pyspark_reactive.session import local_connect_session
+
+    # The server's Python processes (source runners, the foreachBatch worker, executors'
+    # workers) inherit this environment: the tests' publishers and subscribers import
+    # from these folders there.
+    folders = [HERE, os.path.join(os.path.dirname(HERE), "pyspark_reactive")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [*folders, *filter(None, [os.environ.get("PYTHONPATH")])])
+    session = local_connect_session()
+    assert type(session).__module__.startswith("pyspark.sql.connect"), type(session)
+    yield session
+    session.stop()
