@@ -1,0 +1,61 @@
+"""Fixtures of the tests on a Spark standalone cluster on 127.0.0.1 (see standalone.py).
+
+``cluster`` starts one master and one worker when the first test asks for it and ends them
+when the test session ends, or at once when starting them fails. ``spark`` is a
+SparkSession whose master is that cluster: its source runner runs beside the driver, its
+tasks on the worker's executor. This folder runs in a pytest process of its own (see
+tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from standalone import QUICK_START_JVM, WORKER_CORES, Daemon, StandaloneCluster, start
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+HERE = Path(__file__).parent
+# spark_publishers.py (the import-path publishers) and streaming.py (ProgressWatch).
+SOURCE_TESTS = HERE.parent / "pyspark_reactive"
+sys.path.insert(0, str(SOURCE_TESTS))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A master and one worker (2 cores, 1 GiB) on 127.0.0.1, logs in a temporary dir."""
+    daemons: list[Daemon] = []
+    try:
+        cluster = start(tmp_path_factory.mktemp("cluster"), daemons)
+        print(f"standalone cluster {cluster.url}: logs in {cluster.logs}")  # for failures
+        yield cluster
+    finally:
+        for daemon in reversed(daemons):  # the worker first: it ends its executors
+            daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
+    """``local_session()`` with the cluster as its master (driver bound to 127.0.0.1)."""
+    from pyspark_reactive import local_session
+
+    # The source runner is spawned by the driver JVM, which inherits this environment;
+    # the executors' Python workers get theirs from spark.executorEnv.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(SOURCE_TESTS), os.environ.get("PYTHONPATH")) if p)
+    session = local_session("pyspark-reactive-cluster-tests", master=cluster.url, conf={
+        "spark.executor.memory": "512m",
+        "spark.driver.extraJavaOptions": QUICK_START_JVM,
+        "spark.executor.extraJavaOptions": QUICK_START_JVM,
+        "spark.cores.max": str(WORKER_CORES),
+        # executor_subscribers.py, which the foreach writer's factory names by reference.
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join((str(HERE), str(SOURCE_TESTS))),
+    })
+    yield session
+    session.stop()
