@@ -3,9 +3,10 @@ it, and keeps ``buffered + outstanding demand <= capacity`` at every moment.
 
 Demand is issued in whole batches: ``capacity`` on subscribe, then, each time a batch is
 taken, exactly as many as were taken. A publisher that keeps up therefore sees one
-``request(capacity)`` per micro-batch. Calls on the subscription are made on one thread
-of the buffer's own (§2.7), so a synchronous publisher fills the next batch while Spark
-processes the current one.
+``request(capacity)`` per micro-batch. :meth:`DemandBuffer.limit_demand` caps what is
+requested from then on (an ``availableNow`` trigger's bound). Calls on the subscription
+are made on one thread of the buffer's own (§2.7), so a synchronous publisher fills the
+next batch while Spark processes the current one.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class DemandBuffer(Subscriber[Any]):
         # the thread that signals (§1.3 makes on_next serial). Reads are GIL-atomic.
         self._requested = 0
         self._received = 0
+        self._allowance: int | None = None  # demand that may still be requested (None: any)
         self.max_outstanding = 0  # the most demand ever outstanding, for tests and logs
         self._terminal: BaseException | None = None
         self._completed = False
@@ -200,12 +202,17 @@ class DemandBuffer(Subscriber[Any]):
         return None if self._elements else self._terminal
 
     def wait(self, wanted: int, timeout: float, interrupted: Any = None) -> bool:
-        """Wait until ``wanted`` elements are buffered or the stream ended.
+        """Wait until ``wanted`` elements are buffered (or as many as can still come, after
+        :meth:`limit_demand`) or the stream ended.
 
         ``interrupted`` is an optional callable checked about once a second; a true result
         ends the wait early (the source uses it to notice that its parent is gone).
         """
         wanted = max(1, min(wanted, self.capacity))
+        if self._allowance is not None:
+            # Past limit_demand's allowance, elements that will never be requested never
+            # come: wait only for those that can.
+            wanted = min(wanted, len(self._elements) + self.outstanding + self._allowance)
         deadline = time.monotonic() + timeout
         with self._changed:
             self._wanted = wanted
@@ -218,6 +225,17 @@ class DemandBuffer(Subscriber[Any]):
             finally:
                 self._wanted = 0
             return len(self._elements) >= wanted or self.ended
+
+    def limit_demand(self, more: int) -> None:
+        """Request at most ``more`` elements beyond those requested so far.
+
+        Demand that ``take`` (or ``on_subscribe``) would issue beyond the allowance is not
+        requested, so a publisher that honours demand (§1.1) signals nothing past it. Call
+        it from the taking thread, or before :meth:`start`.
+        """
+        if type(more) is not int or more < 0:
+            raise ValueError(f"DemandBuffer: more must be an int >= 0, got {more!r}")
+        self._allowance = more
 
     def take(self, most: int, wait: float = 0.0) -> list[Any]:
         """Take up to ``most`` buffered elements, waiting up to ``wait`` s for ``most``.
@@ -255,6 +273,11 @@ class DemandBuffer(Subscriber[Any]):
         return [elements.popleft() for _ in range(len(elements))]
 
     def _request(self, n: int) -> None:
+        if self._allowance is not None:
+            n = min(n, self._allowance)
+            self._allowance -= n
+            if n == 0:
+                return
         self._requested += n
         self.max_outstanding = max(self.max_outstanding, self._requested - self._received)
         subscription = self._subscription

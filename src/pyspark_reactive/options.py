@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AVAILABLE_NOW_DEFAULT_BATCHES",
     "DEFAULT_FILL_WAIT_MS",
     "DEFAULT_MAX_RECORDS_PER_TRIGGER",
     "CaseInsensitiveOptions",
@@ -25,6 +26,9 @@ __all__ = [
 
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 10_000
 DEFAULT_FILL_WAIT_MS = 100
+# availableNowMaxRecords defaults to this many full micro-batches, so a scheduled
+# availableNow run over an endless publisher lasts about as many batches whatever their size.
+AVAILABLE_NOW_DEFAULT_BATCHES = 100
 
 # Name -> "module:attribute" of the built-in publishers (see builtin.py).
 BUILTIN_PUBLISHERS = {"range": "pyspark_reactive.builtin:range_publisher"}
@@ -84,6 +88,9 @@ class SourceOptions:
         Where the write-ahead log lives; ``None`` for no log.
     num_partitions : int or None
         Partitions per micro-batch; ``None`` to size them automatically.
+    available_now_max_records : int
+        The most elements an ``availableNow`` trigger takes from the publisher beyond
+        those the source holds when the trigger starts; then the query ends.
     raw : dict of str to str
         Every option as given (with its original name), passed to the factory.
     """
@@ -93,6 +100,7 @@ class SourceOptions:
     fill_wait_ms: int
     wal_location: str | None
     num_partitions: int | None
+    available_now_max_records: int
     raw: dict[str, str]
 
 
@@ -134,16 +142,20 @@ def parse_source_options(options: Mapping[str, str], *,
         publisher = publisher.strip()
 
     max_records = _int_option(lower, "maxRecordsPerTrigger", DEFAULT_MAX_RECORDS_PER_TRIGGER, 1)
+    assert max_records is not None
     fill_wait = _int_option(lower, "fillWaitMs", DEFAULT_FILL_WAIT_MS, 0)
     partitions = _int_option(lower, "numPartitions", None, 1)
+    available_now = _int_option(lower, "availableNowMaxRecords",
+                                AVAILABLE_NOW_DEFAULT_BATCHES * max_records, 0)
     wal = lower.get("wallocation")
     if wal is not None and not wal.strip():
         raise OptionError("walLocation", wal, "a local path or a filesystem URI pyarrow "
                           "understands (file:/path, hdfs://, s3://, ...)")
-    assert max_records is not None and fill_wait is not None
+    assert fill_wait is not None and available_now is not None
     return SourceOptions(publisher=publisher, max_records_per_trigger=max_records,
                          fill_wait_ms=fill_wait, wal_location=wal.strip() if wal else None,
-                         num_partitions=partitions, raw=raw)
+                         num_partitions=partitions, available_now_max_records=available_now,
+                         raw=raw)
 
 
 def _int_option(options: Mapping[str, str], name: str, default: int | None,

@@ -6,7 +6,9 @@ The publisher and its subscription live in Spark's source runner process (see DE
 :class:`~pyspark_reactive.demand_buffer.DemandBuffer`, which at once requests as many more,
 converts the rows to Arrow, writes them to the write-ahead log when there is one, and
 returns the end offset. ``partitions`` ships the batch's Arrow rows inside the partitions,
-so ``read`` on the executors only decodes them.
+so ``read`` on the executors only decodes them. An ``availableNow`` trigger (Spark 4.2+)
+takes at most ``availableNowMaxRecords`` elements beyond those the source holds when it
+starts, and requests no more than that, so the query ends on an endless publisher too.
 """
 
 from __future__ import annotations
@@ -167,11 +169,12 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": run.cursor + (run.buffer.buffered if run.buffer else 0)}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        # What a push-based publisher "has now" is what it signals without a pause longer
-        # than fillWaitMs; latestOffset returns its start once it pauses or completes,
-        # which ends the query. So there is no target offset to record.
-        log.info("reactive source: availableNow reads until the publisher completes or "
-                 "pauses for %d ms", self.options.fill_wait_ms)
+        # Spark 4.2+ calls this first, when an availableNow trigger starts. A push-based
+        # publisher has no "latest data" to point at, so the bound is a count: what the
+        # source holds now plus availableNowMaxRecords. latestOffset returns its start
+        # once that is taken (or the publisher pauses for fillWaitMs, or completes), and
+        # the query ends.
+        self._live().prepare_available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return self._live().partitions(_offset(start), _offset(end))
@@ -211,6 +214,9 @@ class _QueryRun:
         # Batches cut in this run and not yet committed: start -> (end, rows).
         self.batches: dict[int, tuple[int, pa.Table]] = {}
         self.deferred: RowConversionError | None = None
+        # Elements an availableNow trigger may still take from the publisher (None: no
+        # bound, any other trigger, or Spark 4.0/4.1, which never say availableNow).
+        self.available_now_left: int | None = None
         self.parent = os.getppid()
         self._fresh_checked = False
         self._claimed = False
@@ -249,15 +255,25 @@ class _QueryRun:
             return stored
         if self.deferred is not None:
             raise self.deferred
+        if self.available_now_left == 0:
+            return start  # the availableNow bound is reached: no batch, the query ends
         buffer = self._subscribed()
         most = self.options.max_records_per_trigger
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             most = max(1, min(most, limit.max_rows))
+        if self.available_now_left is not None:
+            most = min(most, self.available_now_left)
         buffer.wait(most, self.options.fill_wait_ms / 1000, self._orphaned)
         self._check_orphaned()
         self._busy = True
         try:
             elements = buffer.take(most)
+            if self.available_now_left is not None:
+                self.available_now_left -= len(elements)
+                if self.available_now_left == 0:
+                    log.info("reactive source: availableNow took the %d elements its bound "
+                             "allows beyond those held when it started; this is its last "
+                             "batch", self.options.available_now_max_records)
             if not elements:
                 if buffer.error is not None:
                     raise _publisher_failed(self.options, buffer.error)
@@ -292,6 +308,27 @@ class _QueryRun:
                         start, end)
             return []
         return _split(table, start, self.options.num_partitions)
+
+    def prepare_available_now(self) -> None:
+        """Fix the bound of an ``availableNow`` trigger, which starts now.
+
+        The trigger takes what the publisher has signalled by now (rows the log holds are
+        offered anyway, as batches already cut) plus at most ``availableNowMaxRecords``
+        more, and requests no more than that: a publisher that honours demand signals
+        nothing beyond the bound. Rows it signals beyond it all the same (demand that was
+        outstanding already) stay in the buffer, and the shutdown keeps them in the log.
+        """
+        beyond = self.options.available_now_max_records
+        buffer = self.buffer
+        if buffer is None:  # the usual case: Spark calls this first; _subscribed limits
+            self.available_now_left = beyond
+        else:
+            self.available_now_left = buffer.buffered + beyond
+            buffer.limit_demand(max(0, beyond - buffer.outstanding))
+        log.info("reactive source: availableNow takes at most %d elements beyond the %d "
+                 "held now, then ends (availableNowMaxRecords), or sooner if the publisher "
+                 "completes or pauses for %d ms", beyond,
+                 buffer.buffered if buffer else 0, self.options.fill_wait_ms)
 
     def starting_fresh(self) -> None:
         """Refuse a write-ahead log that a checkpoint other than this query's refers to.
@@ -331,7 +368,16 @@ class _QueryRun:
             self.wal.commit(end)
 
     def stop(self) -> None:
-        self._shutdown()
+        # Spark sends SIGTERM and closes the runner's socket, whose end makes the runner
+        # call stop(); a SIGTERM arriving during this shutdown must wait for it to finish
+        # (its exit would cut short the logging of the rows held), then exit.
+        self._busy = True
+        try:
+            self._shutdown()
+        finally:
+            self._busy = False
+            if self._terminating:
+                self._shutdown_and_exit()
 
     # -- batches -------------------------------------------------------------------------
 
@@ -403,6 +449,8 @@ class _QueryRun:
                 raise TypeError(f"reactive source: {name} returned "
                                 f"{type(publisher).__name__}, not a Publisher")
             self.buffer = DemandBuffer(self.options.max_records_per_trigger)
+            if self.available_now_left is not None:
+                self.buffer.limit_demand(self.available_now_left)
             log.info("reactive source: subscribing to %r (%s)", publisher, describe(self.options))
             self.buffer.start(publisher)
         return self.buffer

@@ -199,3 +199,55 @@ class LedgerPublisher(Publisher[int]):
 def ledger(options: Mapping[str, str]) -> Publisher[int]:
     """0, 1, ... ``total - 1``, each handed out once across every query run."""
     return LedgerPublisher(options["ledger"], int(options["total"]))
+
+
+class _Handing(Subscriber[int]):
+    """Appends each element to a file as it is signalled, then passes it on."""
+
+    def __init__(self, downstream: Subscriber[int], path: str) -> None:
+        self.downstream = downstream
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.downstream.on_subscribe(subscription)
+
+    def on_next(self, element: int) -> None:
+        # Written before the signal, as a queue marks an element handed out: whatever the
+        # file names was given to the source, which must deliver it.
+        os.write(self.fd, f"{element}\n".encode())
+        self.downstream.on_next(element)
+
+    def on_error(self, error: BaseException) -> None:
+        os.close(self.fd)
+        self.downstream.on_error(error)
+
+    def on_complete(self) -> None:
+        os.close(self.fd)
+        self.downstream.on_complete()
+
+
+def handed_out(path: str | os.PathLike[str]) -> list[int]:
+    """Every element a ``queue`` publisher signalled, in order, across query runs."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [int(line) for line in handle]
+
+
+class QueuePublisher(Publisher[int]):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def subscribe(self, subscriber: Subscriber[int]) -> None:
+        start = max(handed_out(self.path), default=-1) + 1
+        RangePublisher(start, UNBOUNDED - start).subscribe(_Handing(subscriber, self.path))
+
+
+def queue(options: Mapping[str, str]) -> Publisher[int]:
+    """An endless queue of ints, not replayable: each is handed out once, across query runs.
+
+    Every element signalled is appended to the file ``emittedTo``; a new subscription
+    continues after the highest element recorded there, so what an earlier run was given
+    never comes again, whether or not that run delivered it.
+    """
+    return QueuePublisher(options["emittedTo"])

@@ -2,6 +2,8 @@
 
 :class:`ProgressWatch` is a ``StreamingQueryListener``: Spark posts every query's progress
 and termination to it, and tests wait on a condition until what they need has happened.
+Events are kept per query run (``runId``): a query restarted from the same checkpoint
+keeps its ``id``, and each of its runs is watched on its own.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class ProgressWatch(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         with self._changed:
-            self.progress[str(event.progress.id)].append(event.progress)
+            self.progress[str(event.progress.runId)].append(event.progress)
             self._changed.notify_all()
 
     def onQueryIdle(self, event: Any) -> None:
@@ -36,20 +38,20 @@ class ProgressWatch(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         with self._changed:
-            self.terminated[str(event.id)] = event.exception
+            self.terminated[str(event.runId)] = event.exception
             self._changed.notify_all()
 
     def batch_sizes(self, query: StreamingQuery) -> list[int]:
         """Rows of each micro-batch that had any, in batch order."""
         with self._changed:
-            events = list(self.progress[str(query.id)])
+            events = list(self.progress[str(query.runId)])
         return [p.numInputRows for p in sorted(events, key=lambda p: p.batchId)
                 if p.numInputRows > 0]
 
     def end_offset(self, query: StreamingQuery) -> int:
         """The reactive source's end offset of the query's latest reported batch."""
         with self._changed:
-            events = list(self.progress[str(query.id)])
+            events = list(self.progress[str(query.runId)])
         ends = [json.loads(p.sources[0].endOffset)["offset"] for p in events
                 if p.sources and p.sources[0].endOffset]
         return max(ends, default=0)
@@ -63,10 +65,10 @@ class ProgressWatch(StreamingQueryListener):
         deadline = time.monotonic() + timeout
         with self._changed:
             while not done():
-                query_id = str(query.id)
-                if self.terminated.get(query_id):
+                run_id = str(query.runId)
+                if self.terminated.get(run_id):
                     raise AssertionError(
-                        f"query failed while waiting for {what}: {self.terminated[query_id]}")
+                        f"query failed while waiting for {what}: {self.terminated[run_id]}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
@@ -82,12 +84,12 @@ class ProgressWatch(StreamingQueryListener):
 
     def wait_terminated(self, query: StreamingQuery, timeout: float = 120.0) -> str | None:
         """Wait for the query to end; return its exception text (None: ended cleanly)."""
-        query_id = str(query.id)
+        run_id = str(query.runId)
         with self._changed:
-            if not self._changed.wait_for(lambda: query_id in self.terminated, timeout):
+            if not self._changed.wait_for(lambda: run_id in self.terminated, timeout):
                 raise AssertionError(f"query did not terminate within {timeout} s; batches: "
                                      f"{self.batch_sizes(query)}")
-            return self.terminated[query_id]
+            return self.terminated[run_id]
 
 
 def install(spark: SparkSession) -> ProgressWatch:

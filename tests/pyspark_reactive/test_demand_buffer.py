@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -47,6 +48,25 @@ def test_each_take_requests_exactly_what_it_took(tmp_path: Any) -> None:
     assert buffer.completed
     buffer.close()
     assert Recording(record).requests == [100, 100, 30, 100]
+
+
+def test_limit_demand_caps_what_is_requested_from_then_on(tmp_path: Any) -> None:
+    record = str(tmp_path / "requests.jsonl")
+    buffer = DemandBuffer(100)
+    buffer.limit_demand(250)  # an availableNow bound, set before subscribing
+    buffer.start(RecordingPublisher(RangePublisher(0, 10_000), record))
+    taken = []
+    for _ in range(4):
+        # A wait ends once what can still come has come: these take no 10 s.
+        began = time.monotonic()
+        taken += buffer.take(100, wait=10)
+        assert time.monotonic() - began < 5
+    assert taken == list(range(250))
+    assert buffer.outstanding == 0 and buffer.buffered == 0
+    buffer.close()
+    assert Recording(record).requests == [100, 100, 50]
+    with pytest.raises(ValueError, match="more must be an int >= 0"):
+        buffer.limit_demand(-1)
 
 
 def test_window_holds_while_an_async_publisher_fills_it() -> None:

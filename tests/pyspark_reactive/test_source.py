@@ -3,6 +3,8 @@ availableNow, errors, exactly-once restart with a write-ahead log, and bad optio
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -17,10 +19,12 @@ from chispa import assert_df_equality
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamReader, StreamingQuery
-from spark_publishers import Recording
+from spark_publishers import Recording, handed_out
 from streaming import ProgressWatch, install
 
 from pyspark_reactive import DefaultSource, read_stream
+from pyspark_reactive.options import parse_source_options
+from pyspark_reactive.wal import WriteAheadLog
 
 # Spark 4.0/4.1 have no admission control for Python sources (see the README).
 SPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
@@ -162,6 +166,108 @@ def test_available_now_drains_the_publisher_and_stops(spark: SparkSession,
         assert rows == list(range(500))
 
 
+def _kept_in_log(wal: Path, end: int) -> list[int]:
+    """The rows the write-ahead log holds from offset ``end`` on: no batch has them yet."""
+    log = WriteAheadLog(str(wal))
+    return [value for entry in log.entries() if entry.start >= end
+            for value in log.read(entry).column("value").to_pylist()]
+
+
+def test_available_now_runs_in_a_row_end_on_an_endless_queue_and_lose_nothing(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # Databricks serverless runs streams as scheduled availableNow jobs: each run must end
+    # by itself though the publisher never completes, and runs in a row, with one
+    # checkpoint and walLocation, must deliver each element the queue hands out once.
+    emitted_to, wal = tmp_path / "emitted.txt", tmp_path / "wal"
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    bound = 150
+    options = dict(publisher="spark_publishers:queue", emittedTo=emitted_to,
+                   maxRecordsPerTrigger=100, availableNowMaxRecords=bound,
+                   fillWaitMs=30000,  # the bound ends each run, not a pause of the queue
+                   walLocation=wal)
+    sink: list[int] = []
+    kept: list[int] = []
+    end = 0
+    for run in range(3):
+        df = reactive(spark, **options).schema("value BIGINT").load()
+        query = (df.writeStream.format("parquet").option("path", str(output))
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        queries.append(query)
+        assert watch.wait_terminated(query) is None, f"run {run} failed"
+        # The runner keeps the rows it holds in the log as it exits, and holds the log's
+        # lock until then.
+        released = WriteAheadLog(str(wal))
+        released.lock(timeout=30)
+        released.unlock()
+
+        before, earlier_kept = sink, kept
+        sink = sorted(r.value for r in spark.read.parquet(str(output)).collect())
+        end = max(end, watch.end_offset(query))
+        kept = _kept_in_log(wal, end)
+        emitted = handed_out(emitted_to)
+        assert len(set(emitted)) == len(emitted), "the queue handed an element out twice"
+        assert len(set(sink)) == len(sink), f"run {run} repeated rows"
+        assert sorted(sink + kept) == sorted(emitted), \
+            f"run {run}: the sink and the log together must hold every element handed out"
+        added = set(sink) - set(before)
+        sizes = watch.batch_sizes(query)
+        assert set(earlier_kept) <= added, "rows kept in the log come in the next run"
+        if earlier_kept:
+            assert sizes[0] == len(earlier_kept), "...as its first batch"
+        if ADMISSION_CONTROL:
+            # The bound is counted from the trigger's start, and nothing beyond it is
+            # requested: each run takes exactly `bound` elements and the log keeps none.
+            assert sizes == [100, 50], sizes
+            assert len(emitted) == bound * (run + 1) and kept == []
+        else:
+            # Spark 4.0/4.1: one batch per run; the elements requested for the next batch
+            # are kept in the log when the runner stops, and are the next run's batch
+            # (which then takes nothing from the queue).
+            assert sizes == [100], sizes
+            assert len(kept) == (0 if run == 1 else 100), kept
+    assert len(sink) == (3 * bound if ADMISSION_CONTROL else 300)
+
+
+_SIGTERM_DURING_STOP = """
+import os, signal, sys
+from pyspark.sql.types import LongType, StructField, StructType
+from pyspark_reactive.options import parse_source_options
+from pyspark_reactive.source import ReactiveStreamReader
+from pyspark_reactive.wal import WriteAheadLog
+
+options = parse_source_options({"publisher": "range", "maxRecordsPerTrigger": "100",
+                                "walLocation": sys.argv[1]})
+schema = StructType([StructField("value", LongType())])
+reader = ReactiveStreamReader(options, schema, None)
+reader.initialOffset()
+assert reader.latestOffset({"offset": 0}, None) == {"offset": 100}
+write = WriteAheadLog.write
+
+def sigterm_then_write(self, *args):
+    os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, before write
+    write(self, *args)
+
+WriteAheadLog.write = sigterm_then_write
+reader.stop()
+print("stop returned")
+"""
+
+
+def test_sigterm_during_stop_waits_for_the_held_rows_to_be_logged(tmp_path: Path) -> None:
+    # When a query ends, Spark sends the runner SIGTERM and closes its socket, which makes
+    # the runner call stop(); a SIGTERM arriving while stop() logs the rows it holds must
+    # not end the process before they are written. Runs in a process of its own, as the
+    # runner does, because the source installs a SIGTERM handler.
+    wal = tmp_path / "wal"
+    done = subprocess.run([sys.executable, "-c", _SIGTERM_DURING_STOP, str(wal)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "stop returned" not in done.stdout, "the SIGTERM must end the runner after stop"
+    assert _kept_in_log(wal, 100) == list(range(100, 200)), done.stderr
+
+
 def test_read_stream_ships_a_closure(spark: SparkSession, watch: ProgressWatch,
                                      queries: list[StreamingQuery], tmp_path: Path) -> None:
     words = ["alpha", "beta", "gamma"]
@@ -246,6 +352,10 @@ def test_restart_with_wal_gives_every_row_exactly_once(spark: SparkSession,
     ({"publisher": "range", "maxRecordsPerTrigger": "ten"}, "maxRecordsPerTrigger='ten'"),
     ({"publisher": "range", "maxRecordsPerTrigger": "2.5"}, "a positive integer"),
     ({"publisher": "range", "numPartitions": "0"}, "numPartitions='0'"),
+    ({"publisher": "range", "availableNowMaxRecords": "-1"},
+     "availableNowMaxRecords='-1' is not accepted: an integer >= 0"),
+    ({"publisher": "range", "availableNowMaxRecords": "all"}, "availableNowMaxRecords='all'"),
+    ({"publisher": "range", "availableNowMaxRecords": "1e6"}, "availableNowMaxRecords='1e6'"),
     ({"publisher": "range", "count": "-1"}, "count='-1'"),
     ({"publisher": "range", "rowsPerSecond": "fast"}, "rowsPerSecond='fast'"),
     ({"publisher": "range", "start": "x"}, "start='x'"),
@@ -254,6 +364,15 @@ def test_bad_options_fail_at_load(spark: SparkSession, options: dict[str, str],
                                   message: str) -> None:
     with pytest.raises(Exception, match=message.replace("(", r"\(").replace(".", r"\.")):
         reactive(spark, **options).load()
+
+
+def test_available_now_max_records_defaults_to_a_hundred_batches() -> None:
+    def bound(**options: str) -> int:
+        return parse_source_options({"publisher": "range", **options}).available_now_max_records
+
+    assert bound() == 1_000_000
+    assert bound(maxRecordsPerTrigger="7") == 700
+    assert bound(maxRecordsPerTrigger="7", AVAILABLENOWMAXRECORDS=" 0 ") == 0
 
 
 def test_unwritable_wal_location_fails_at_load(spark: SparkSession, tmp_path: Path) -> None:
