@@ -3,9 +3,11 @@
 Each micro-batch is fetched from the executors a partition at a time (as Arrow IPC,
 through ``mapInArrow`` and one job per partition), cut into chunks of ``chunk_rows`` rows, and every
 chunk is offered to every current subscriber through an :class:`~reactive_streams.
-signalling.Emitter`, which signals only against demand. The batch function returns to
-Spark once every subscriber has taken the whole batch, so a slow subscriber delays the
-next micro-batch, and the source, asked for nothing more, requests nothing more.
+signalling.Emitter`, which signals only against demand, on a thread of that subscription's
+own. The batch function returns to Spark once every subscriber has taken the whole batch,
+so a slow subscriber delays the next micro-batch, and the source, asked for nothing more,
+requests nothing more. Meanwhile the batch function only waits, so it notices a stopping
+query within a tenth of a second, whatever the subscribers are doing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pyarrow.ipc as ipc
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from reactive_streams import Publisher, Subscriber
+from reactive_streams.runners import ThreadRunner
 from reactive_streams.signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 
 __all__ = ["ELEMENT_TYPES", "ForeachBatchPublisher", "SparkConnectNotSupported", "publish"]
@@ -31,6 +34,16 @@ ELEMENT_TYPES = ("row", "dict", "tuple", "arrow")
 WHEN_UNSUBSCRIBED = ("wait", "stop")
 # How often a wait for subscribers or demand looks whether the query is being stopped.
 _POLL_S = 0.1
+# Most rows a subscription takes from its mailbox at a time, whatever its demand: after a
+# stop, a subscriber still receives at most this many rows of the abandoned batch.
+_STEP = 64
+# Spark takes an error raised by a foreachBatch function for part of query.stop() (the query
+# then ends without an exception) only when the error's text has a Py4J error for a Java
+# interruption in it: StreamExecution.PROXY_ERROR, the same on 4.0 to 4.3. Its pattern
+# recurses once per character after "calling", so the text must come last and stay short;
+# a long one (a cancelled job's stack trace) overflows the stream thread's stack.
+_STOP_MARK = ("py4j.protocol.Py4JJavaError: An error occurred while calling foreachBatch: "
+              "java.lang.InterruptedException")
 
 CONNECT_MESSAGE = (
     "ForeachBatchPublisher needs a classic SparkSession: under Spark Connect, foreachBatch "
@@ -45,14 +58,24 @@ class SparkConnectNotSupported(RuntimeError):
 
 
 class _DeliveryAborted(RuntimeError):
-    """The query is stopping while a batch waits for subscribers or their demand."""
+    """The batch can no longer be delivered: the query stops, or nobody is left."""
+
+
+class _QueryStopping(_DeliveryAborted):
+    """The query is being stopped while its batch waits for subscribers or demand."""
 
 
 class _Mailbox(Source[Any]):
-    """One subscriber's view of the rows on offer: the current chunk, then the end."""
+    """One subscriber's view of the rows on offer: the current chunk, then the end.
 
-    def __init__(self, publisher: ForeachBatchPublisher) -> None:
+    The batch's thread puts a chunk in (and takes it back when the batch is abandoned);
+    the subscription's emitter takes from it on the subscription's thread. Both hold the
+    publisher's lock.
+    """
+
+    def __init__(self, publisher: ForeachBatchPublisher, runner: ThreadRunner) -> None:
         self.publisher = publisher
+        self.runner = runner
         self.chunk: Sequence[Any] = ()
         self.taken = 0
         self.closed = False
@@ -62,19 +85,24 @@ class _Mailbox(Source[Any]):
         return self.taken >= len(self.chunk)
 
     def pull(self, n: int) -> tuple[Sequence[Any], Terminal | None]:
-        low = self.taken
-        high = min(len(self.chunk), low + n)
-        self.taken = high
-        elements = self.chunk[low:high]
-        if high >= len(self.chunk):
-            self.chunk, self.taken = (), 0
-            self.publisher._notify()
-        return elements, (self.publisher._terminal if self.empty else None)
+        changed = self.publisher._changed
+        with changed:
+            low = self.taken
+            high = min(len(self.chunk), low + n)
+            elements = self.chunk[low:high]
+            self.taken = high
+            if self.chunk and high >= len(self.chunk):
+                self.chunk, self.taken = (), 0
+                changed.notify_all()
+            return elements, (self.publisher._terminal if self.empty else None)
 
     def close(self) -> None:
-        self.closed = True
-        self.chunk = ()
-        self.publisher._notify()
+        # Called once, by the emitter, when the subscription ends (cancel or terminal).
+        with self.publisher._changed:
+            self.closed = True
+            self.chunk, self.taken = (), 0
+            self.publisher._changed.notify_all()
+        self.runner.release()
 
 
 class ForeachBatchPublisher(Publisher[Any]):
@@ -86,6 +114,15 @@ class ForeachBatchPublisher(Publisher[Any]):
     query. A subscriber that arrives while a batch is being delivered starts with the
     next chunk of rows (at most ``chunk_rows`` rows later); one that arrives after the
     stream ended gets the terminal signal at once.
+
+    Each subscription signals on a thread of its own (§1.3: one signal at a time), never
+    on the thread Spark calls the batch function on, which only waits. So however slow a
+    subscriber is, even one whose ``on_next`` blocks until ``query.stop()`` has returned,
+    ``query.stop()`` returns within about 0.1 s plus Spark's own shutdown: the batch
+    under way is abandoned and not committed (a restart with the same checkpoint delivers
+    it again), the query ends without an exception, and each subscriber receives at most
+    64 more elements of that batch (ones it had requested and its thread had already
+    taken), then ``on_complete``.
 
     Parameters
     ----------
@@ -106,6 +143,10 @@ class ForeachBatchPublisher(Publisher[Any]):
     ------
     ValueError
         For an ``element``, ``chunk_rows`` or ``when_unsubscribed`` not accepted.
+    RuntimeError
+        From the batch function, so that Spark does not commit the batch: when the query
+        is stopping (Spark takes it for part of the stop), and, failing the query with a
+        message that says why, with ``when_unsubscribed="stop"``.
 
     Notes
     -----
@@ -152,18 +193,19 @@ class ForeachBatchPublisher(Publisher[Any]):
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
-        mailbox = _Mailbox(self)
-        emitter: Emitter[Any] = Emitter(subscriber, mailbox)
-        # on_subscribe first, on this thread; only then can a batch offer it rows, so the
-        # two never overlap (§1.3). After the end it gets the terminal signal here too.
-        emitter.start()
+        # The subscription's own thread, released when it ends (cancel or terminal signal).
+        runner = ThreadRunner(max_workers=1, name="reactive-sink-subscription")
+        mailbox = _Mailbox(self, runner)
+        emitter: Emitter[Any] = Emitter(subscriber, mailbox, dispatch=runner.acquire(),
+                                        chunk=_STEP)
         with self._changed:
-            if not mailbox.closed and self._terminal is None:
+            if self._terminal is None:
                 self._outlets.append((emitter, mailbox))
                 self._had_subscriber = True
-            self._changed.notify_all()
-        if self._terminal is not None:
-            emitter.signal()
+                self._changed.notify_all()
+        # §1.9: on_subscribe is the emitter's first signal, even if a batch has already
+        # offered rows; after the end, the terminal signal follows it.
+        emitter.start()
 
     @property
     def subscribers(self) -> int:
@@ -219,25 +261,28 @@ class ForeachBatchPublisher(Publisher[Any]):
         for emitter, _ in outlets:
             emitter.signal()
 
-    def _notify(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
-
     # -- foreachBatch -----------------------------------------------------------------------
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Deliver one micro-batch; called by Spark's ``foreachBatch``."""
         _refuse_connect(batch)
+        # Raising keeps Spark from committing a batch that was not delivered.
         self.batch_id = batch_id
         if self.query is None:
             self._find_query(batch)
         try:
             for chunk in self._chunks(batch):
                 self._offer(chunk)
-        except _DeliveryAborted as stop:
-            # Raising keeps Spark from committing a batch that was not delivered.
+        except _QueryStopping:
+            raise _stopped(batch_id) from None
+        except _DeliveryAborted as abort:
             raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
-                               f"{stop}") from None
+                               f"{abort}") from None
+        except Exception:
+            if self.query is not None and not self.query.isActive:
+                # Such as a fetch of a partition, cancelled by the stop.
+                raise _stopped(batch_id) from None
+            raise
 
     def _offer(self, chunk: Sequence[Any]) -> None:
         """Hand ``chunk`` to every subscriber and wait until each has taken all of it."""
@@ -253,13 +298,25 @@ class ForeachBatchPublisher(Publisher[Any]):
                     self._stop_query("its last subscriber cancelled")  # raises
                 self._check_query()
                 self._changed.wait(_POLL_S)
+        # The emitters deliver on their subscriptions' threads; this one only waits, so
+        # it sees a stop however long a subscriber takes.
         for emitter, _ in outlets:
             emitter.signal()
-        with self._changed:
-            while not all(mailbox.closed or mailbox.empty for _, mailbox in outlets):
-                self._check_query()
-                self._changed.wait(_POLL_S)
-            delivered = any(not mailbox.closed for _, mailbox in outlets)
+        try:
+            with self._changed:
+                while True:
+                    self._check_query()
+                    if all(mailbox.closed or mailbox.empty for _, mailbox in outlets):
+                        break
+                    self._changed.wait(_POLL_S)
+                delivered = any(not mailbox.closed for _, mailbox in outlets)
+        except _DeliveryAborted:
+            with self._changed:
+                for _, mailbox in outlets:
+                    mailbox.chunk, mailbox.taken = (), 0  # withdrawn: the batch is abandoned
+            for emitter, _ in outlets:
+                emitter.signal()  # an emitter waiting for demand sees the end, if known
+            raise
         if delivered:
             self.rows_delivered += sum(len(e) for e in chunk) if self.element == "arrow" \
                 else len(chunk)
@@ -288,7 +345,7 @@ class ForeachBatchPublisher(Publisher[Any]):
     def _check_query(self) -> None:
         query = self.query
         if query is not None and not query.isActive:
-            raise _DeliveryAborted("the query is stopping")
+            raise _QueryStopping()
 
     def _stop_query(self, why: str) -> None:
         # Failing the batch is what stops the query without committing the batch; a clean
@@ -349,6 +406,11 @@ def _arrow_to_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
         offsets = pa.array([0, data.size], pa.int32()).buffers()[1]
         value = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])
         yield pa.RecordBatch.from_arrays([value], names=["ipc"])
+
+
+def _stopped(batch_id: int) -> RuntimeError:
+    return RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: the "
+                        f"query is stopping ({_STOP_MARK})")
 
 
 def _is_connect(obj: Any) -> bool:

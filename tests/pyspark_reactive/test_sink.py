@@ -1,6 +1,6 @@
 """A streaming query's output as a Publisher, with real Spark: demand respected row by row,
 backpressure from a slow subscriber back to the source's publisher, bounded driver memory,
-errors, multicast, and the foreach writer feeding subscribers on the executors."""
+errors, multicast, and stops that do not wait for subscribers."""
 
 from __future__ import annotations
 
@@ -284,3 +284,46 @@ def test_stop_while_waiting_for_a_first_subscriber(spark: SparkSession,
     late = Checked(10)
     publisher.subscribe(late)
     assert late.done.wait(30) and late.completed and late.elements == []
+
+
+class BlocksAt(Checked):
+    """Requests one row at a time; its ``on_next`` of row ``at`` blocks until released."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(1)
+        self.at = at
+        self.blocked = threading.Event()
+        self.release = threading.Event()
+
+    def on_next(self, element: Any) -> None:
+        super().on_next(element)
+        if len(self.elements) == self.at:
+            self.blocked.set()
+            assert self.release.wait(120), "never released"
+
+
+def test_stop_does_not_wait_for_a_blocked_subscriber(spark: SparkSession,
+                                                     tmp_path: Path) -> None:
+    # The subscriber waits for something the thread calling stop() does only once stop()
+    # has returned: stop() must wait neither for it nor for the rest of the batch.
+    checkpoint = tmp_path / "checkpoint"
+    df = reactive(spark, publisher="range", maxRecordsPerTrigger=1000).load()
+    publisher = publish(df, element="tuple", checkpointLocation=checkpoint)
+    subscriber = BlocksAt(20)
+    publisher.subscribe(subscriber)
+    assert subscriber.blocked.wait(120)
+    batch = publisher.batch_id
+    stopper = threading.Thread(target=publisher.query.stop, name="test-stopper")
+    started = time.monotonic()
+    stopper.start()
+    stopper.join(20)
+    took = time.monotonic() - started
+    subscriber.release.set()
+    stopper.join()
+    assert took < 5, f"stop() took {took:.1f} s with a subscriber blocked in on_next"
+    # The batch was abandoned, not committed, and the stop is a stop, not a failure.
+    assert subscriber.done.wait(30) and subscriber.completed, subscriber.error
+    assert publisher.query.exception() is None
+    assert not (checkpoint / "commits" / str(batch)).exists()
+    # Demand was one row at a time: nothing of the batch came after the stop.
+    assert [v for (v,) in subscriber.elements] == list(range(20))
