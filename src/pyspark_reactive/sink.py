@@ -46,11 +46,11 @@ _STOP_MARK = ("py4j.protocol.Py4JJavaError: An error occurred while calling fore
               "java.lang.InterruptedException")
 
 CONNECT_MESSAGE = (
-    "ForeachBatchPublisher needs a classic SparkSession: under Spark Connect, foreachBatch "
-    "runs in a process on the server, where the subscribers of this process cannot be "
-    "reached. Use a classic session (SparkSession.builder without .remote(), as "
-    "pyspark_reactive.local_session() makes), or write the stream to a sink your process "
-    "reads, such as a Kafka topic.")
+    "a ForeachBatchPublisher cannot be given to foreachBatch under Spark Connect: there the "
+    "batch function runs in a process on the server, where the subscribers of this process "
+    "cannot be reached. Use publish(df, ...), which starts the query with a batch function "
+    "that stages each micro-batch on the server for this process to fetch, and returns the "
+    "publisher to subscribe to.")
 
 
 class SparkConnectNotSupported(RuntimeError):
@@ -58,7 +58,7 @@ class SparkConnectNotSupported(RuntimeError):
 
 
 class _DeliveryAborted(RuntimeError):
-    """The batch can no longer be delivered: the query stops, or nobody is left."""
+    """The batch can no longer be delivered: the stream ended, or nobody is left."""
 
 
 class _QueryStopping(_DeliveryAborted):
@@ -124,6 +124,10 @@ class ForeachBatchPublisher(Publisher[Any]):
     64 more elements of that batch (ones it had requested and its thread had already
     taken), then ``on_complete``.
 
+    A publisher serves one run of one query: give each ``start()`` a new one (as
+    :func:`publish` does). A second run, or a second query, fails at its first batch
+    with an error that says so.
+
     Parameters
     ----------
     element : {"row", "dict", "tuple", "arrow"}
@@ -146,7 +150,9 @@ class ForeachBatchPublisher(Publisher[Any]):
     RuntimeError
         From the batch function, so that Spark does not commit the batch: when the query
         is stopping (Spark takes it for part of the stop), and, failing the query with a
-        message that says why, with ``when_unsubscribed="stop"``.
+        message that says why, when the stream was ended by :meth:`complete` or
+        :meth:`fail`, with ``when_unsubscribed="stop"``, or in a query run other than the
+        one the publisher serves.
 
     Notes
     -----
@@ -183,6 +189,8 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._changed = threading.Condition()
         self._outlets: list[tuple[Emitter[Any], _Mailbox]] = []
         self._terminal: Terminal | None = None
+        self._ended_by = ""  # why the stream ended, for the error of a later batch
+        self._watcher: threading.Thread | None = None
         self._had_subscriber = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -216,13 +224,19 @@ class ForeachBatchPublisher(Publisher[Any]):
     # -- ending the stream ------------------------------------------------------------------
 
     def complete(self) -> None:
-        """Signal ``on_complete`` to every subscriber, now and later (idempotent)."""
-        self._end(COMPLETE)
+        """Signal ``on_complete`` to every subscriber, now and later (idempotent).
+
+        Rows on offer and not yet taken are withdrawn. The query, if it is still running,
+        fails at its next batch (or the one under way), which has nobody to go to; stop
+        the query instead to end the stream with it."""
+        self._end(COMPLETE, "complete() was called")
 
     def fail(self, error: BaseException) -> None:
-        """Signal ``on_error(error)`` to every subscriber, now and later."""
+        """Signal ``on_error(error)`` to every subscriber, now and later.
+
+        As for :meth:`complete`, a query still running fails at its next batch."""
         require_not_none(error, "the error", "§2.13")
-        self._end(error)
+        self._end(error, f"fail({error!r}) was called")
 
     def watch(self, query: Any) -> threading.Thread:
         """End the stream when ``query`` ends: ``on_complete``, or ``on_error`` with its
@@ -230,33 +244,52 @@ class ForeachBatchPublisher(Publisher[Any]):
 
         :func:`publish` calls this, and so does the first batch of a query that was given
         the publisher directly; call it yourself to end the stream of a query that stops
-        before its first batch."""
-        self.query = query
+        before its first batch. Watching the same run again returns the same thread.
 
-        def wait() -> None:
-            try:
-                query.awaitTermination()
-            except Exception as error:
-                self.fail(error)
-                return
-            failure = query.exception()
-            if failure is not None:
-                self.fail(failure)
-            else:
-                self.complete()
+        Raises
+        ------
+        RuntimeError
+            When the publisher already serves another query, or another run of it.
+        """
+        with self._changed:
+            if self.query is not None:
+                if self._watcher is not None and str(self.query.runId) == str(query.runId):
+                    return self._watcher
+                raise RuntimeError(f"ForeachBatchPublisher: {self._one_run()}")
+            self.query = query
 
-        watcher = threading.Thread(target=wait, name=f"reactive-sink-watch-{query.id}",
-                                   daemon=True)
-        watcher.start()
-        return watcher
+            def wait() -> None:
+                why = f"query {query.id} (run {query.runId}) ended"
+                try:
+                    query.awaitTermination()
+                except Exception as error:
+                    self._end(error, why)
+                    return
+                failure = query.exception()
+                self._end(COMPLETE if failure is None else failure, why)
 
-    def _end(self, terminal: Terminal) -> None:
+            self._watcher = threading.Thread(target=wait, daemon=True,
+                                             name=f"reactive-sink-watch-{query.id}")
+            self._watcher.start()
+            return self._watcher
+
+    def _one_run(self) -> str:
+        query = self.query
+        return (f"this publisher serves query {query.id} (run {query.runId}) and no other: "
+                "a ForeachBatchPublisher publishes one run of one query. Make a new one for "
+                "each start() (publish(df) does) and subscribe to that")
+
+    def _end(self, terminal: Terminal, why: str) -> None:
         with self._changed:
             if self._terminal is not None:
                 return
             self._terminal = terminal
+            self._ended_by = why
             outlets = list(self._outlets)
             self._outlets.clear()
+            for _, mailbox in outlets:
+                # Not yet taken: withdrawn, so the terminal signal follows at once.
+                mailbox.chunk, mailbox.taken = (), 0
             self._changed.notify_all()
         for emitter, _ in outlets:
             emitter.signal()
@@ -267,10 +300,9 @@ class ForeachBatchPublisher(Publisher[Any]):
         """Deliver one micro-batch; called by Spark's ``foreachBatch``."""
         _refuse_connect(batch)
         # Raising keeps Spark from committing a batch that was not delivered.
-        self.batch_id = batch_id
-        if self.query is None:
-            self._find_query(batch)
         try:
+            self._admit(batch)
+            self.batch_id = batch_id
             for chunk in self._chunks(batch):
                 self._offer(chunk)
         except _QueryStopping:
@@ -284,10 +316,49 @@ class ForeachBatchPublisher(Publisher[Any]):
                 raise _stopped(batch_id) from None
             raise
 
+    def deliver_arrow(self, batch_id: int, batches: Iterable[pa.RecordBatch]) -> None:
+        """Deliver one micro-batch given as Arrow record batches, fetched lazily.
+
+        The Spark Connect transport calls this in the client (see ``connect_sink``); it
+        returns once every subscriber has taken the batch.
+
+        Raises
+        ------
+        RuntimeError
+            When the batch cannot be delivered; its text says why (a stopping query's
+            says so as :func:`stopping` recognises).
+        """
+        try:
+            with self._changed:
+                self._check_stream()
+            self.batch_id = batch_id
+            for record_batch in batches:
+                names = list(record_batch.schema.names)
+                for low in range(0, record_batch.num_rows, self.chunk_rows):
+                    piece = record_batch.slice(low, self.chunk_rows)
+                    self._offer(_elements(piece, self.element, names))
+        except _QueryStopping:
+            raise _stopped(batch_id) from None
+        except _DeliveryAborted as abort:
+            raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
+                               f"{abort}") from None
+
+    def _admit(self, batch: DataFrame) -> None:
+        """Refuse a batch of another query run, or one that nobody can receive."""
+        query = self.query
+        if query is None:
+            self._find_query(batch)
+        elif _local_property(batch, "spark.jobGroup.id") not in (None, str(query.runId)):
+            # Spark runs each batch of a query run in a job group named after the run.
+            raise _DeliveryAborted(self._one_run())
+        with self._changed:
+            self._check_stream()
+
     def _offer(self, chunk: Sequence[Any]) -> None:
         """Hand ``chunk`` to every subscriber and wait until each has taken all of it."""
         while True:
             with self._changed:
+                self._check_stream()
                 outlets = [(e, m) for e, m in self._outlets if not m.closed]
                 self._outlets = outlets
                 if outlets:
@@ -296,7 +367,6 @@ class ForeachBatchPublisher(Publisher[Any]):
                     break
                 if self.when_unsubscribed == "stop" and self._had_subscriber:
                     self._stop_query("its last subscriber cancelled")  # raises
-                self._check_query()
                 self._changed.wait(_POLL_S)
         # The emitters deliver on their subscriptions' threads; this one only waits, so
         # it sees a stop however long a subscriber takes.
@@ -305,7 +375,7 @@ class ForeachBatchPublisher(Publisher[Any]):
         try:
             with self._changed:
                 while True:
-                    self._check_query()
+                    self._check_stream()
                     if all(mailbox.closed or mailbox.empty for _, mailbox in outlets):
                         break
                     self._changed.wait(_POLL_S)
@@ -329,8 +399,7 @@ class ForeachBatchPublisher(Publisher[Any]):
         # query.stop() end a wait for subscribers, and subscribers learn of the end.
         query = None
         try:
-            query_id = batch.sparkSession.sparkContext.getLocalProperty(
-                "sql.streaming.queryId")
+            query_id = _local_property(batch, "sql.streaming.queryId")
             # The batch's own session is a clone that does not list the query; the
             # session that started it does.
             for session in (SparkSession.getActiveSession(), batch.sparkSession):
@@ -342,10 +411,16 @@ class ForeachBatchPublisher(Publisher[Any]):
         if query is not None and self.query is None:
             self.watch(query)
 
-    def _check_query(self) -> None:
+    def _check_stream(self) -> None:
+        """Raise :class:`_DeliveryAborted` when the batch can no longer be delivered."""
         query = self.query
         if query is not None and not query.isActive:
             raise _QueryStopping()
+        if self._terminal is not None:
+            raise _DeliveryAborted(
+                f"the publisher's stream has already ended ({self._ended_by}), so no "
+                "subscriber can receive it. End the stream by stopping the query instead: "
+                "its subscribers then get on_complete (or on_error) when it ends")
 
     def _stop_query(self, why: str) -> None:
         # Failing the batch is what stops the query without committing the batch; a clean
@@ -413,6 +488,11 @@ def _stopped(batch_id: int) -> RuntimeError:
                         f"query is stopping ({_STOP_MARK})")
 
 
+def _local_property(batch: DataFrame, key: str) -> str | None:
+    value: str | None = batch.sparkSession.sparkContext.getLocalProperty(key)
+    return value
+
+
 def _is_connect(obj: Any) -> bool:
     return type(obj).__module__.startswith("pyspark.sql.connect")
 
@@ -424,7 +504,7 @@ def _refuse_connect(df: Any) -> None:
 
 def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
             when_unsubscribed: str = "wait", trigger: dict[str, Any] | None = None,
-            **options: Any) -> ForeachBatchPublisher:
+            client_timeout: float = 120.0, **options: Any) -> ForeachBatchPublisher:
     """Start a streaming query whose output is a Publisher.
 
     Parameters
@@ -435,6 +515,10 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
         As for :class:`ForeachBatchPublisher`.
     trigger : dict, optional
         Given to ``writeStream.trigger(**trigger)``, e.g. ``{"availableNow": True}``.
+    client_timeout : float
+        Spark Connect only: seconds a micro-batch staged on the server waits for a sign
+        of life from this process (it sends one every 2 s) before the batch, and so the
+        query, fails. Default 120.
     **options
         ``queryName``, ``outputMode`` and ``checkpointLocation`` go to their
         ``writeStream`` methods; any other is a ``writeStream.option``.
@@ -447,13 +531,31 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
 
     Raises
     ------
-    SparkConnectNotSupported
-        When ``df`` belongs to a Spark Connect session.
+    ValueError
+        For an argument not accepted.
+
+    Notes
+    -----
+    Under Spark Connect the batch function runs on the server: each micro-batch is staged
+    there (persisted, named by a global temporary view) and fetched by this process through
+    its own session, a streamed chunk at a time; the batch function returns once the
+    subscribers here have taken it. Nothing connects from the server to this process.
     """
-    _refuse_connect(df)
     publisher = ForeachBatchPublisher(element=element, chunk_rows=chunk_rows,
                                       when_unsubscribed=when_unsubscribed)
-    writer = df.writeStream.foreachBatch(publisher)
+    if _is_connect(df):
+        from .connect_sink import connect_publish
+
+        connect_publish(df, publisher, options, trigger, client_timeout)
+        return publisher
+    writer = configure_writer(df.writeStream.foreachBatch(publisher), options, trigger)
+    publisher.watch(writer.start())
+    return publisher
+
+
+def configure_writer(writer: Any, options: dict[str, Any],
+                     trigger: dict[str, Any] | None) -> Any:
+    """Apply :func:`publish`'s keywords to a ``DataStreamWriter``."""
     for key, value in options.items():
         if key == "queryName":
             writer = writer.queryName(value)
@@ -463,5 +565,4 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
             writer = writer.option(key, str(value))
     if trigger:
         writer = writer.trigger(**trigger)
-    publisher.watch(writer.start())
-    return publisher
+    return writer

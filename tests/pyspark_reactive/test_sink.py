@@ -1,11 +1,12 @@
 """A streaming query's output as a Publisher, with real Spark: demand respected row by row,
 backpressure from a slow subscriber back to the source's publisher, bounded driver memory,
-errors, multicast, and stops that do not wait for subscribers."""
+errors, multicast, stops that do not wait for subscribers, and the end of the stream."""
 
 from __future__ import annotations
 
 import bisect
 import gc
+import re
 import threading
 import time
 import tracemalloc
@@ -327,3 +328,64 @@ def test_stop_does_not_wait_for_a_blocked_subscriber(spark: SparkSession,
     assert not (checkpoint / "commits" / str(batch)).exists()
     # Demand was one row at a time: nothing of the batch came after the stop.
     assert [v for (v,) in subscriber.elements] == list(range(20))
+
+
+def test_complete_on_a_running_query_fails_its_next_batch(spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", maxRecordsPerTrigger=100).load()
+    publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(10)
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(150)
+    publisher.complete()
+    assert subscriber.done.wait(30) and subscriber.completed
+    # Nobody can receive its batches any more: the query says so instead of waiting.
+    with pytest.raises(Exception, match=r"stream has already ended \(complete\(\) was called\)"):
+        publisher.query.awaitTermination(30)
+
+
+def batch_outcome(publisher: ForeachBatchPublisher, batch: Any, timeout: float) -> Any:
+    """Call ``publisher`` as foreachBatch does, on a thread of its own; return what it
+    raised, None, or "still running" after ``timeout`` seconds."""
+    outcome: list[Any] = ["still running"]
+
+    def call() -> None:
+        try:
+            publisher(batch, 0)
+            outcome[0] = None
+        except Exception as error:
+            outcome[0] = error
+
+    caller = threading.Thread(target=call, name="test-foreach-batch", daemon=True)
+    caller.start()
+    caller.join(timeout)
+    return outcome[0]
+
+
+def test_after_fail_a_batch_is_refused_at_once(spark: SparkSession) -> None:
+    publisher = ForeachBatchPublisher(element="tuple")
+    publisher.fail(ValueError("upstream gone"))
+    late = Checked(5)
+    publisher.subscribe(late)
+    assert late.done.wait(30) and isinstance(late.error, ValueError)
+    outcome = batch_outcome(publisher, spark.range(10), timeout=30)
+    assert isinstance(outcome, RuntimeError), outcome
+    assert re.search(r"batch 0 was not delivered: the publisher's stream has already ended "
+                     r"\(fail\(ValueError\('upstream gone'\)\) was called\)", str(outcome))
+
+
+def test_one_publisher_serves_one_query_run(spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=50, maxRecordsPerTrigger=50).load()
+    publisher = publish(df, element="tuple", trigger={"availableNow": True},
+                        checkpointLocation=tmp_path / "first")
+    subscriber = Checked(10)
+    publisher.subscribe(subscriber)
+    assert subscriber.done.wait(120) and subscriber.completed, subscriber.error
+    # Given to another start(), it refuses clearly rather than wait on the first run.
+    again = (df.writeStream.foreachBatch(publisher).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "again")).start())
+    with pytest.raises(Exception, match=r"publishes one run of one query\. Make a new one for "
+                                        r"each start\(\)"):
+        again.awaitTermination(60)
+    with pytest.raises(RuntimeError, match=f"serves query {publisher.query.id}"):
+        publisher.watch(again)
