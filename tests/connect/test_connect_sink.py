@@ -1,0 +1,126 @@
+"""``publish(df)`` from a Spark Connect client: the batch function runs on the server and
+the client's subscribers get every row against their demand, with the classic contract."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from spark_publishers import Recording
+from test_sink import Checked
+
+from pyspark_reactive import ForeachBatchPublisher, publish
+
+
+class Holding(Checked):
+    """Requests ``batch`` once; more only when the test asks."""
+
+    def on_next(self, element: Any) -> None:
+        self.outstanding += 1 << 30  # never used up: Checked requests nothing more
+        super().on_next(element)
+        self.outstanding -= 1 << 30
+
+
+def reactive(spark: SparkSession, **options: Any) -> Any:
+    reader = spark.readStream.format("reactive")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader
+
+
+def test_every_row_in_order_within_demand_then_complete(spark: SparkSession,
+                                                        tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=5000, maxRecordsPerTrigger=2000).load()
+    publisher = publish(df.selectExpr("value", "value * value AS square"), element="tuple",
+                        chunk_rows=512, trigger={"availableNow": True},
+                        checkpointLocation=tmp_path / "checkpoint")
+    assert isinstance(publisher, ForeachBatchPublisher)
+    subscriber = Checked(37)
+    publisher.subscribe(subscriber)
+    assert subscriber.done.wait(180), f"{len(subscriber.elements)} rows, no terminal signal"
+    assert subscriber.completed and subscriber.error is None
+    assert subscriber.elements == [(i, i * i) for i in range(5000)]
+    assert subscriber.violations == []
+    assert publisher.rows_delivered == 5000
+
+
+def test_several_subscribers_each_get_every_row(spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=1500, maxRecordsPerTrigger=500).load()
+    publisher = publish(df, element="dict", trigger={"availableNow": True},
+                        checkpointLocation=tmp_path / "checkpoint")
+    # Both attach long before the first batch is planned (seconds after the start).
+    first, second = Checked(100), Checked(7)
+    publisher.subscribe(first)
+    publisher.subscribe(second)
+    for subscriber in (first, second):
+        assert subscriber.done.wait(180) and subscriber.completed
+        assert [e["value"] for e in subscriber.elements] == list(range(1500))
+        assert subscriber.violations == []
+
+
+def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(spark: SparkSession,
+                                                                  tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    df = (reactive(spark, publisher="spark_publishers:recorded_range", recordTo=record,
+                   count=1000, maxRecordsPerTrigger=100).schema("value BIGINT").load())
+    publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
+
+    subscriber = Holding(50)
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(50)
+    # Held: the first batch (100 rows) cannot be delivered, so Spark plans no other and
+    # the source asks its publisher for no more than the batch it refilled.
+    threading.Event().wait(2.0)  # an observation window: nothing may move in it
+    assert len(subscriber.elements) == 50 and subscriber.violations == []
+    assert sum(Recording(record).requests) <= 200
+    assert publisher.batch_id == 0
+    assert subscriber.subscription is not None
+    subscriber.outstanding = 950
+    subscriber.subscription.request(950)
+    subscriber.wait_for(1000)
+    assert subscriber.violations == []
+    assert [v for (v,) in subscriber.elements] == list(range(1000))
+    publisher.query.stop()
+    assert subscriber.done.wait(60) and subscriber.completed
+
+
+def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    df = (reactive(spark, publisher="spark_publishers:failing", count=25,
+                   message="upstream broke #9", maxRecordsPerTrigger=10)
+          .schema("value BIGINT").load())
+    publisher = publish(df, element="dict", checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(5)
+    publisher.subscribe(subscriber)
+    assert subscriber.done.wait(180)
+    assert subscriber.error is not None and "upstream broke #9" in str(subscriber.error)
+    assert [e["value"] for e in subscriber.elements] == list(range(25))
+
+
+def test_stop_while_a_subscriber_holds_a_batch(spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", maxRecordsPerTrigger=100).load()
+    publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Holding(10)  # ten rows, then nothing more requested
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(10)
+    stopped = threading.Thread(target=publisher.query.stop)
+    stopped.start()
+    stopped.join(60)
+    assert not stopped.is_alive(), "query.stop() did not return within 60 s"
+    assert subscriber.done.wait(60) and subscriber.error is None and subscriber.completed
+    assert len(subscriber.elements) == 10
+
+
+def test_when_unsubscribed_stop_ends_the_query(spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", maxRecordsPerTrigger=100).load()
+    publisher = publish(df, element="tuple", when_unsubscribed="stop",
+                        checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(10, take=30)
+    publisher.subscribe(subscriber)
+    with pytest.raises(Exception, match="its last subscriber cancelled"):
+        publisher.query.awaitTermination(120)
+    assert not publisher.query.isActive
+    assert [v for (v,) in subscriber.elements] == list(range(30))
