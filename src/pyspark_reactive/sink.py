@@ -193,9 +193,12 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._watcher: threading.Thread | None = None
         self._had_subscriber = False
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark Connect pickles the foreachBatch function to run it on the server.
-        raise SparkConnectNotSupported(CONNECT_MESSAGE)
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Spark Connect pickles the foreachBatch function to run it on the server, where
+        # this publisher's subscribers are out of reach. Raising here would reach the user
+        # as Connect's generic "cannot serialize" error; what travels instead fails the
+        # first batch (uncommitted, so nothing is lost) with the reason and the remedy.
+        return _Unreachable, (CONNECT_MESSAGE,)
 
     # -- Publisher ------------------------------------------------------------------------
 
@@ -443,6 +446,16 @@ class ForeachBatchPublisher(Publisher[Any]):
             for low in range(0, record_batch.num_rows, self.chunk_rows):
                 piece = record_batch.slice(low, self.chunk_rows)
                 yield _elements(piece, self.element, names)
+
+
+class _Unreachable:
+    """What a pickled ForeachBatchPublisher becomes: a batch function that refuses."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        raise SparkConnectNotSupported(self.message)
 
 
 def _elements(piece: pa.RecordBatch, element: str, names: list[str] | None) -> Sequence[Any]:

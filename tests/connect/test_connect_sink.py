@@ -124,3 +124,12 @@ def test_when_unsubscribed_stop_ends_the_query(spark: SparkSession, tmp_path: Pa
         publisher.query.awaitTermination(120)
     assert not publisher.query.isActive
     assert [v for (v,) in subscriber.elements] == list(range(30))
+
+
+def test_a_publisher_given_to_foreach_batch_directly_says_to_use_publish(
+        spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=10).load()
+    query = (df.writeStream.foreachBatch(ForeachBatchPublisher())
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    with pytest.raises(Exception, match=r"Use publish\(df, \.\.\.\)"):
+        query.awaitTermination(120)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import pickle
 import re
 import threading
 import time
@@ -238,10 +239,12 @@ def test_last_cancel_stops_the_query_when_asked(spark: SparkSession, tmp_path: P
     assert len(subscriber.elements) == 1200
 
 
-def test_spark_connect_is_refused_clearly() -> None:
-    # Spark Connect pickles the foreachBatch function to run it on the server.
-    with pytest.raises(SparkConnectNotSupported, match="classic SparkSession"):
-        cloudpickle.dumps(ForeachBatchPublisher())  # pyspark's own copy of cloudpickle
+def test_a_pickled_publisher_refuses_batches_and_says_to_use_publish() -> None:
+    # Spark Connect pickles the foreachBatch function to run it on the server, where the
+    # subscribers are out of reach: what arrives there fails the batch, saying why.
+    copy = pickle.loads(cloudpickle.dumps(ForeachBatchPublisher()))  # pyspark's cloudpickle
+    with pytest.raises(SparkConnectNotSupported, match=r"Use publish\(df, \.\.\.\)"):
+        copy(None, 0)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
