@@ -29,9 +29,13 @@ def test_usage_example_runs(block: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def _connect(block: str) -> bool:
+    return "local_connect_session()" in block
+
+
 def test_spark_examples_run_in_one_session() -> None:
     # In README order, in one process: the first defines `spark`, the others use it.
-    blocks = [b for b in BLOCKS if _uses_spark(b)]
+    blocks = [b for b in BLOCKS if _uses_spark(b) and not _connect(b)]
     assert blocks and "local_session()" in blocks[0]
     result = subprocess.run([sys.executable, "-c", "\n".join(blocks)], capture_output=True,
                             text=True, timeout=240)
@@ -40,3 +44,12 @@ def test_spark_examples_run_in_one_session() -> None:
     # the sum of the squares of 0..99 that its subscriber received.
     assert result.stdout.split() == ["2345", str(sum(i * i for i in range(100)))], \
         result.stdout[-2000:]
+
+
+def test_spark_connect_example_runs_in_a_process_of_its_own() -> None:
+    # A process holds one Spark application: this one is a Connect server and its client.
+    [block] = [b for b in BLOCKS if _connect(b)]
+    result = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True,
+                            timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["pyspark.sql.connect.session", "5"], result.stdout

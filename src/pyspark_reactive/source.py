@@ -149,8 +149,9 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._run
 
     def initialOffset(self) -> dict[str, int]:
-        # Spark asks only when the checkpoint has recorded no batch: a fresh query.
-        self._live().starting_fresh()
+        # Asked by a fresh query, but also by a restarted one whose first batch was
+        # planned and not committed (the checkpoint records a batch's end, not its
+        # start): latest() tells the two apart.
         return {"offset": 0}
 
     def getDefaultReadLimit(self) -> Any:
@@ -220,6 +221,7 @@ class _QueryRun:
         self.parent = os.getppid()
         self._fresh_checked = False
         self._claimed = False
+        self._planned = False  # partitions() called in this run
         self._busy = False
         self._terminating = False
         self.wal: WriteAheadLog | None = None
@@ -239,12 +241,13 @@ class _QueryRun:
     # -- Spark's calls -------------------------------------------------------------------
 
     def latest(self, start: int | None, limit: Any) -> int:
+        if not self._planned and (start == 0 or (start is None and self.cursor is None)):
+            # A restarted query first plans again the batch its checkpoint recorded
+            # (partitions()); one asked for a batch from the stream's beginning before
+            # that starts from a checkpoint that has recorded no batch. (Spark 4.0/4.1
+            # pass no start and call this before initialOffset().)
+            self.starting_fresh()
         if start is None:  # Spark 4.0/4.1
-            if self.cursor is None:
-                # These versions call latestOffset() before initialOffset(), and a
-                # restarted query calls partitions() first (which sets the cursor): so
-                # this run starts from a checkpoint that has recorded no batch.
-                self.starting_fresh()
             start = self._resume_point() if self.cursor is None else self.cursor
         self.cursor = start
         stored = self._stored_end(start)
@@ -287,6 +290,7 @@ class _QueryRun:
                 self._shutdown_and_exit()
 
     def partitions(self, start: int, end: int) -> list[InputPartition]:
+        self._planned = True
         # Spark 4.0/4.1 tell a restarted run where the stream stands only here.
         self.cursor = max(self.cursor or 0, end)
         if end <= start:

@@ -488,3 +488,40 @@ def test_a_new_checkpoint_takes_over_rows_no_checkpoint_planned(spark: SparkSess
     query.stop()
     assert watch.batch_sizes(query)[0] == 3, "the rows left come first, as one batch"
     assert sorted(r.value for r in spark.table(name).collect()) == [0, 1, 2, 3, 4, 70, 80, 90]
+
+
+def test_a_restart_whose_first_batch_was_never_committed_keeps_its_wal(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # Spark asks such a restart for initialOffset() too (its checkpoint holds batch 0's
+    # end, not its start); that is no new checkpoint, and the log is its own.
+    from pyspark_reactive import publish
+    from reactive_streams import SyncSubscriber
+
+    options = dict(publisher="spark_publishers:ledger", ledger=tmp_path / "ledger",
+                   total=300, maxRecordsPerTrigger=100, walLocation=tmp_path / "wal")
+    checkpoint = tmp_path / "checkpoint"
+
+    def start() -> Any:
+        df = reactive(spark, **options).schema("value BIGINT").load()
+        return publish(df, element="tuple", checkpointLocation=checkpoint)
+
+    first = start()  # nobody subscribes: batch 0 waits, planned and never committed
+    assert _eventually(lambda: (tmp_path / "wal" / "committed").exists(), 120), \
+        "batch 0 was never planned"
+    first.query.stop()
+
+    class Keep(SyncSubscriber[Any]):
+        def __init__(self) -> None:
+            super().__init__(batch_size=50)
+            self.values: list[int] = []
+
+        def on_element(self, row: Any) -> None:
+            self.values.append(row[0])
+
+    second = start()
+    keep = Keep()
+    second.subscribe(keep)
+    assert _eventually(lambda: len(keep.values) >= 300 or not second.query.isActive, 120)
+    second.query.stop()
+    assert second.query.exception() is None
+    assert keep.values == list(range(300))
