@@ -157,6 +157,10 @@ def local_connect_session(
         "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
     }
     local_session(app_name, master, {**server, **(conf or {})}, conf_dir=conf_dir)
+    # pyspark.sql.functions and friends build Connect columns only in Connect mode, which
+    # the classic server in this process would otherwise hide (pyspark's own local
+    # Connect server sets this too).
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     # create(), not getOrCreate(): that would hand back the classic session just started.
     session: Any = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
     return cast(SparkSession, session)

@@ -91,3 +91,11 @@ def test_foreach_writer_feeds_subscribers_on_the_executors(spark: SparkSession,
     results = [json.loads(p.read_text()) for p in tmp_path.glob("p*-e*.json")]
     assert len(results) == 3 and all(r["error"] is None for r in results)
     assert sorted(v for r in results for v in r["values"]) == list(range(1500))
+
+
+def test_column_functions_build_connect_columns(spark: SparkSession) -> None:
+    # The classic server in this process must not make pyspark.sql.functions build
+    # classic columns, which a Connect DataFrame cannot take.
+    from pyspark.sql import functions as F
+
+    assert spark.range(10).agg(F.count("*").alias("n")).first()["n"] == 10
