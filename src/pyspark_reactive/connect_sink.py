@@ -4,13 +4,15 @@ Under Connect, Spark runs the ``foreachBatch`` function in a Python process on t
 out of reach of the client's subscribers, and (on Databricks serverless) the server cannot
 open a connection to the client. So the transport uses nothing but Connect sessions:
 
-1. On the server, :class:`ConnectStager` (the pickled ``foreachBatch`` function) persists
-   the micro-batch and names it with a global temporary view,
-   ``global_temp.reactive_sink_<token>_<batch id>``, then waits.
+1. On the server, :class:`ConnectStager` (the pickled ``foreachBatch`` function) tags each
+   row with its partition, persists the micro-batch and names it with a global temporary
+   view, ``global_temp.reactive_sink_<token>_<batch id>``, then waits.
 2. In the client, :class:`ConnectPump` (a thread of the publisher's) finds the view
-   through its own session, fetches the rows as Arrow a chunk at a time (a streamed
-   result, so the client holds about one chunk), and offers them to the
-   :class:`~pyspark_reactive.sink.ForeachBatchPublisher`'s subscribers against demand.
+   through its own session and fetches the rows as Arrow one partition at a time, each
+   fetch read to its end at once (a result left half-read would be abandoned by the
+   server after some minutes), so the client holds about one partition. It offers them
+   to the :class:`~pyspark_reactive.sink.ForeachBatchPublisher`'s subscribers against
+   demand.
 3. When every subscriber has taken the batch, the client drops the view: the server's
    function returns and Spark plans the next batch. A slow subscriber thus slows the
    query. When the batch cannot be delivered (the query is stopping, or its last
@@ -18,9 +20,12 @@ open a connection to the client. So the transport uses nothing but Connect sessi
    reason in ``..._abort`` and then drops the view: the server's function raises it, so
    Spark does not commit the batch.
 
-While a batch waits, the client renews ``..._alive`` every ``heartbeat`` seconds; a
-server whose client has not done so for ``client_timeout`` seconds (the notebook's kernel
-died, say) fails the batch rather than wait forever.
+While a batch waits, the client renews ``..._alive`` every 2 s; a server whose client has
+not done so for ``client_timeout`` seconds (the notebook's kernel died, say), or whose
+client removed it (its pump failed or ended), fails the batch rather than wait forever.
+
+Both sides poll (a round trip to the server each time): Connect offers no way to wait for
+another session's change.
 """
 
 from __future__ import annotations
@@ -34,19 +39,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from .sink import ForeachBatchPublisher, configure_writer
+from .sink import HEARTBEAT_S, ForeachBatchPublisher, configure_writer
 
-__all__ = ["ConnectPump", "ConnectStager", "connect_publish", "new_token"]
+__all__ = ["ConnectPump", "ConnectStager", "connect_publish"]
 
 log = logging.getLogger("pyspark_reactive.sink")
 
 _PREFIX = "reactive_sink_"
+# The column the stager adds: the partition each row was in, so the client can fetch one
+# partition at a time.
+_PART = "__reactive_partition"
 # How often each side looks at the other's views: a round trip to the server each time.
 POLL_S = 0.05
-HEARTBEAT_S = 2.0
-#: Default of ``publish(client_timeout=...)``: seconds without a heartbeat from the client
-#: after which a staged batch fails.
-CLIENT_TIMEOUT_S = 120.0
+# Consecutive failed looks at the server after which the pump gives up.
+_PUMP_RETRIES = 5
 
 
 def new_token() -> str:
@@ -79,10 +85,16 @@ def _put_value(spark: Any, view: str, value: str) -> None:
 
 
 def _get_value(spark: Any, view: str) -> str | None:
+    """The value ``view`` holds, or ``None`` when there is no such view. A failed read
+    raises: read as "absent", it could commit a batch its client abandoned."""
+    if not _exists(spark, view):
+        return None
     try:
         row = spark.table(f"global_temp.{view}").first()
-    except Exception:  # dropped meanwhile
-        return None
+    except Exception:
+        if not _exists(spark, view):
+            return None  # dropped between the two looks
+        raise
     return None if row is None else str(row[0])
 
 
@@ -106,9 +118,11 @@ class ConnectStager:
     def __call__(self, batch: Any, batch_id: int) -> None:
         spark = batch.sparkSession
         view = _batch_view(self.token, batch_id)
-        # Persisted: the client's read computes the batch once, and reads what this
+        from pyspark.sql.functions import spark_partition_id
+
+        # Persisted: the client's reads compute the batch once, and read what this
         # function was given even from a source that would answer differently twice.
-        staged = batch.persist()
+        staged = batch.withColumn(_PART, spark_partition_id()).persist()
         try:
             staged.createOrReplaceGlobalTempView(view)
             self._wait_while_staged(spark, view, batch_id)
@@ -135,6 +149,11 @@ class ConnectStager:
             if now - looked >= HEARTBEAT_S / 2:
                 looked = now
                 beat = _get_value(spark, _alive_view(self.token))
+                if beat is None and alive is not None:
+                    raise RuntimeError(
+                        f"ForeachBatchPublisher: batch {batch_id} was not delivered: the "
+                        "client that publishes this query stopped fetching (its log says "
+                        "why)")
                 if beat != alive:
                     alive, heard = beat, now
                 elif now - heard > self.client_timeout:
@@ -155,18 +174,21 @@ class ConnectPump:
     token : str
         As given to the :class:`ConnectStager`.
     deliver : callable
-        ``deliver(batch_id, chunks)`` offers the chunks of rows to the subscribers and
+        ``deliver(batch_id, record_batches)`` offers the rows to the subscribers and
         returns once every one has taken them; it raises to abandon the batch, and the
         exception's text is what the server's function raises.
-    chunk_rows : int
-        Rows cut from the fetched Arrow data per chunk.
+    failed : callable
+        ``failed(error)`` is told when the pump cannot go on (the server stopped
+        answering); the server's batch function then fails too.
     """
 
     def __init__(self, spark: Any, token: str,
-                 deliver: Callable[[int, Iterator[pa.RecordBatch]], None]) -> None:
+                 deliver: Callable[[int, Iterator[pa.RecordBatch]], None],
+                 failed: Callable[[BaseException], None]) -> None:
         self.spark = spark
         self.token = token
         self.deliver = deliver
+        self.failed = failed
         self.query: Any = None
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -192,29 +214,47 @@ class ConnectPump:
     # -- the pump ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        failure: BaseException | None = None
+        misses = 0
         try:
             while not self._stopped.is_set():
-                staged = self._staged()
-                if staged:
-                    self._deliver(staged[0])
-                    continue
-                if not self._query_active():
-                    break
+                try:
+                    staged = self._staged()
+                    if staged:
+                        self._deliver(staged[0])
+                        misses = 0
+                        continue
+                    if not self._query_active():
+                        break
+                    misses = 0
+                except Exception as error:
+                    # A look at the server failed: try again a few times, then give up.
+                    misses += 1
+                    if misses >= _PUMP_RETRIES:
+                        raise
+                    log.warning("ForeachBatchPublisher: a look at the Spark Connect server "
+                                "failed (%d of %d): %s", misses, _PUMP_RETRIES, error)
                 self._stopped.wait(POLL_S)
-        except Exception:
+        except Exception as error:
+            failure = error
             log.exception("ForeachBatchPublisher: fetching batches from the Spark Connect "
-                          "server failed; the query's batches now wait for the client")
+                          "server failed; the batch the server holds fails with the query")
         finally:
             self._stopped.set()
             try:
+                # Gone, the server's batch function stops waiting for this client.
                 _drop(self.spark, _alive_view(self.token))
             except Exception:
                 log.debug("could not drop the heartbeat view", exc_info=True)
+        if failure is not None:
+            self.failed(failure)
 
     def _query_active(self) -> bool:
         try:
             return bool(self.query.isActive)
-        except Exception:  # the session is closing
+        except Exception as error:  # the session is closing
+            log.info("ForeachBatchPublisher: the query's state cannot be read (%s); the "
+                     "client stops fetching", error)
             return False
 
     def _staged(self) -> list[int]:
@@ -240,13 +280,12 @@ class ConnectPump:
 
     def _fetch(self, view: str) -> Iterator[pa.RecordBatch]:
         frame = self.spark.table(f"global_temp.{view}")
-        client = self.spark.client
-        # A streamed result: Arrow batches arrive as the server sends them, and gRPC's
-        # flow control holds the server back while the subscribers are slow.
-        for part in client.to_table_as_iterator(frame._plan.to_proto(client),
-                                                frame._plan.observations):
-            if isinstance(part, pa.Table):
-                yield from part.to_batches()
+        parts = sorted(int(row[0]) for row in frame.select(_PART).distinct().collect())
+        for part in parts:
+            # Read whole before its rows are offered: the client holds one partition, and
+            # no result stays half-read on the server while a subscriber is slow.
+            table = frame.where(frame[_PART] == part).drop(_PART).toArrow()
+            yield from table.to_batches()
 
     def _beat(self) -> None:
         count = 0
@@ -264,17 +303,21 @@ def connect_publish(df: Any, publisher: ForeachBatchPublisher, writer_options: d
                     trigger: dict[str, Any] | None, client_timeout: float) -> None:
     """Start ``df``'s query under Spark Connect with ``publisher`` fed through the server.
 
-    ``publish()`` calls this for a Connect DataFrame; ``writer_options`` are its
-    ``queryName``, ``outputMode`` and ``writeStream.option`` keywords.
+    ``publish()`` calls this for a Connect DataFrame, with its arguments checked;
+    ``writer_options`` are its ``queryName``, ``outputMode`` and ``writeStream.option``
+    keywords.
     """
-    if not isinstance(client_timeout, (int, float)) or isinstance(client_timeout, bool) \
-            or not client_timeout > 0:
-        raise ValueError(f"publish: client_timeout={client_timeout!r} is not accepted: a "
-                         "positive number of seconds")
     token = new_token()
     writer = df.writeStream.foreachBatch(ConnectStager(token, float(client_timeout)))
     writer = configure_writer(writer, writer_options, trigger)
-    pump = ConnectPump(df.sparkSession, token, publisher.deliver_arrow)
+    pump = ConnectPump(df.sparkSession, token, publisher.deliver_arrow,
+                       lambda error: publisher.fail(RuntimeError(
+                           f"ForeachBatchPublisher: fetching from the Spark Connect server "
+                           f"failed: {error}")))
     query = writer.start()
-    publisher.watch(query)
-    pump.start(query)
+    try:
+        publisher.watch(query)
+        pump.start(query)
+    except BaseException:
+        query.stop()  # nobody would fetch its batches
+        raise

@@ -79,6 +79,7 @@ class DemandBuffer(Subscriber[Any]):
         # where nobody reads it. _signalling has one writer, the signalling thread.
         self._signalling = 0
         self._sealed = False
+        self._drained = False  # drain() has taken what it returns
         self.refused = 0  # elements signalled after drain(), not kept (logged)
         self._calls_thread: int | None = None
         # The thread starts with the first call submitted; close() stops it.
@@ -108,6 +109,11 @@ class DemandBuffer(Subscriber[Any]):
                 self._refuse()
                 return
             self._accept(element)
+            if self._drained and self._elements:
+                # Under way for longer than drain() waited: what it appended is behind
+                # the drain, so it is refused like a later element.
+                self._elements.clear()
+                self._refuse()
         finally:
             self._signalling -= 1
             if self._sealed:
@@ -268,9 +274,11 @@ class DemandBuffer(Subscriber[Any]):
                     self._changed.wait(left)
             if self._signalling:
                 log.warning("an on_next was still under way %.1f s after the source began to "
-                            "drain its buffer; its element may be refused", settle)
+                            "drain its buffer; its element will be refused", settle)
         elements = self._elements
-        return [elements.popleft() for _ in range(len(elements))]
+        drained = [elements.popleft() for _ in range(len(elements))]
+        self._drained = True
+        return drained
 
     def _request(self, n: int) -> None:
         if self._allowance is not None:

@@ -32,6 +32,10 @@ log = logging.getLogger("pyspark_reactive.sink")
 
 ELEMENT_TYPES = ("row", "dict", "tuple", "arrow")
 WHEN_UNSUBSCRIBED = ("wait", "stop")
+# Spark Connect transport (connect_sink.py): the client's heartbeat, and the smallest
+# client_timeout that leaves room for several of them.
+HEARTBEAT_S = 2.0
+MIN_CLIENT_TIMEOUT_S = 5 * HEARTBEAT_S
 # How often a wait for subscribers or demand looks whether the query is being stopped.
 _POLL_S = 0.1
 # Most rows a subscription takes from its mailbox at a time, whatever its demand: after a
@@ -345,6 +349,10 @@ class ForeachBatchPublisher(Publisher[Any]):
         except _DeliveryAborted as abort:
             raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
                                f"{abort}") from None
+        except Exception:
+            if self.query is not None and not self.query.isActive:
+                raise _stopped(batch_id) from None  # a fetch cut short by the stop
+            raise
 
     def _admit(self, batch: DataFrame) -> None:
         """Refuse a batch of another query run, or one that nobody can receive."""
@@ -531,10 +539,10 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
     client_timeout : float
         Spark Connect only: seconds a micro-batch staged on the server waits for a sign
         of life from this process (it sends one every 2 s) before the batch, and so the
-        query, fails. Default 120.
+        query, fails. Default 120; at least 10.
     **options
-        ``queryName``, ``outputMode`` and ``checkpointLocation`` go to their
-        ``writeStream`` methods; any other is a ``writeStream.option``.
+        ``queryName`` and ``outputMode`` go to their ``writeStream`` methods; any other
+        (``checkpointLocation`` among them) is a ``writeStream.option``.
 
     Returns
     -------
@@ -556,6 +564,11 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
     """
     publisher = ForeachBatchPublisher(element=element, chunk_rows=chunk_rows,
                                       when_unsubscribed=when_unsubscribed)
+    if (not isinstance(client_timeout, (int, float)) or isinstance(client_timeout, bool)
+            or not client_timeout >= MIN_CLIENT_TIMEOUT_S):
+        raise ValueError(f"publish: client_timeout={client_timeout!r} is not accepted: a "
+                         f"number of seconds >= {MIN_CLIENT_TIMEOUT_S:.0f} (the client "
+                         f"renews its heartbeat every {HEARTBEAT_S:.0f} s)")
     if _is_connect(df):
         from .connect_sink import connect_publish
 

@@ -342,6 +342,9 @@ class _QueryRun:
         stream; offering its rows, or cutting this stream into it, would mix the two. A
         log never claimed holds only rows that no checkpoint has planned (a query stopped
         before its first batch was recorded): this query takes them over, in order.
+
+        One window is left: a run killed after Spark recorded a batch's offsets and before
+        it planned the batch leaves a log its checkpoint refers to but has not claimed.
         """
         if self._fresh_checked or self.wal is None:
             return

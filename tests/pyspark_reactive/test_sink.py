@@ -392,3 +392,10 @@ def test_one_publisher_serves_one_query_run(spark: SparkSession, tmp_path: Path)
         again.awaitTermination(60)
     with pytest.raises(RuntimeError, match=f"serves query {publisher.query.id}"):
         publisher.watch(again)
+
+
+@pytest.mark.parametrize("value", [1, 0, -5, "60", True])
+def test_client_timeout_is_checked_before_the_query_starts(spark: SparkSession,
+                                                           value: Any) -> None:
+    with pytest.raises(ValueError, match=f"client_timeout={value!r} is not accepted"):
+        publish(spark.range(1), client_timeout=value)
