@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -195,6 +196,7 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._terminal: Terminal | None = None
         self._ended_by = ""  # why the stream ended, for the error of a later batch
         self._watcher: threading.Thread | None = None
+        self._active, self._active_at = True, float("-inf")  # see _query_active()
         self._had_subscriber = False
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
@@ -424,14 +426,25 @@ class ForeachBatchPublisher(Publisher[Any]):
 
     def _check_stream(self) -> None:
         """Raise :class:`_DeliveryAborted` when the batch can no longer be delivered."""
-        query = self.query
-        if query is not None and not query.isActive:
+        if not self._query_active():
             raise _QueryStopping()
         if self._terminal is not None:
             raise _DeliveryAborted(
                 f"the publisher's stream has already ended ({self._ended_by}), so no "
                 "subscriber can receive it. End the stream by stopping the query instead: "
                 "its subscribers then get on_complete (or on_error) when it ends")
+
+    def _query_active(self) -> bool:
+        """Whether the query runs, asked of Spark at most every ``_POLL_S`` seconds: under
+        Spark Connect each answer is a round trip, and this is asked for every chunk."""
+        query = self.query
+        if query is None:
+            return True
+        now = time.monotonic()
+        if now - self._active_at >= _POLL_S:
+            self._active = bool(query.isActive)
+            self._active_at = now
+        return self._active
 
     def _stop_query(self, why: str) -> None:
         # Failing the batch is what stops the query without committing the batch; a clean
