@@ -139,9 +139,11 @@ def local_connect_session(
     if importlib.util.find_spec("grpc") is None:  # pyspark[connect] brings it
         raise ImportError("a Spark Connect session needs the connect extra: "
                           "pip install 'pyspark-reactive[connect]'")
+    from pyspark import SparkContext
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    if SparkSession.getActiveSession() is not None:
+    # Any Spark application in this process, started on whatever thread.
+    if SparkContext._active_spark_context is not None:
         raise RuntimeError("local_connect_session: this process already runs a classic "
                            "SparkSession, and one process holds one Spark application; "
                            "stop it first, or use a new process")
