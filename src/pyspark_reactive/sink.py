@@ -16,7 +16,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -308,22 +308,7 @@ class ForeachBatchPublisher(Publisher[Any]):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Deliver one micro-batch; called by Spark's ``foreachBatch``."""
         _refuse_connect(batch)
-        # Raising keeps Spark from committing a batch that was not delivered.
-        try:
-            self._admit(batch)
-            self.batch_id = batch_id
-            for chunk in self._chunks(batch):
-                self._offer(chunk)
-        except _QueryStopping:
-            raise _stopped(batch_id) from None
-        except _DeliveryAborted as abort:
-            raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
-                               f"{abort}") from None
-        except Exception:
-            if self.query is not None and not self.query.isActive:
-                # Such as a fetch of a partition, cancelled by the stop.
-                raise _stopped(batch_id) from None
-            raise
+        self._deliver(batch_id, lambda: self._admit(batch), lambda: self._chunks(batch))
 
     def deliver_arrow(self, batch_id: int, batches: Iterable[pa.RecordBatch]) -> None:
         """Deliver one micro-batch given as Arrow record batches, fetched lazily.
@@ -334,18 +319,30 @@ class ForeachBatchPublisher(Publisher[Any]):
         Raises
         ------
         RuntimeError
-            When the batch cannot be delivered; its text says why (a stopping query's
-            says so as :func:`stopping` recognises).
+            When the batch cannot be delivered; its text says why (a stopping query's in
+            the words Spark takes for part of a stop).
         """
-        try:
+        def admit() -> None:
             with self._changed:
                 self._check_stream()
-            self.batch_id = batch_id
+
+        def chunks() -> Iterator[Sequence[Any]]:
             for record_batch in batches:
                 names = list(record_batch.schema.names)
                 for low in range(0, record_batch.num_rows, self.chunk_rows):
                     piece = record_batch.slice(low, self.chunk_rows)
-                    self._offer(_elements(piece, self.element, names))
+                    yield _elements(piece, self.element, names)
+
+        self._deliver(batch_id, admit, chunks)
+
+    def _deliver(self, batch_id: int, admit: Callable[[], None],
+                 chunks: Callable[[], Iterable[Sequence[Any]]]) -> None:
+        # Raising keeps Spark from committing a batch that was not delivered.
+        try:
+            admit()
+            self.batch_id = batch_id
+            for chunk in chunks():
+                self._offer(chunk)
         except _QueryStopping:
             raise _stopped(batch_id) from None
         except _DeliveryAborted as abort:
@@ -353,7 +350,8 @@ class ForeachBatchPublisher(Publisher[Any]):
                                f"{abort}") from None
         except Exception:
             if self.query is not None and not self.query.isActive:
-                raise _stopped(batch_id) from None  # a fetch cut short by the stop
+                # Such as a fetch of a partition, cancelled by the stop.
+                raise _stopped(batch_id) from None
             raise
 
     def _admit(self, batch: DataFrame) -> None:
