@@ -248,7 +248,9 @@ class _QueryRun:
             # pass no start and call this before initialOffset().)
             self.starting_fresh()
         if start is None:  # Spark 4.0/4.1
-            start = self._resume_point() if self.cursor is None else self.cursor
+            # No cursor: nothing planned yet in this run, so the checkpoint recorded no
+            # batch (starting_fresh() refused a log another checkpoint holds): offset 0.
+            start = 0 if self.cursor is None else self.cursor
         self.cursor = start
         stored = self._stored_end(start)
         if stored is not None:
@@ -435,14 +437,6 @@ class _QueryRun:
             pieces.append(rows.slice(position - first, upto - position))
             position = upto
         return pa.concat_tables(pieces)
-
-    def _resume_point(self) -> int:
-        # Spark 4.0/4.1 never says where a restarted query resumes; the log knows.
-        if self.wal is not None:
-            committed = self.wal.committed()
-            if committed is not None:
-                return committed
-        return 0
 
     # -- the subscription ----------------------------------------------------------------
 
