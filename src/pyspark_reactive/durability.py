@@ -1,0 +1,45 @@
+"""Two optional extensions a publisher can implement so that a hard kill loses nothing.
+
+A publisher that knows neither works as before: with ``walLocation`` a hard kill loses at
+most what arrived within the last ``walSyncMs``; a stop or restart loses nothing.
+
+**Resuming.** The factory of the ``reactive`` source is called with the options mapping,
+whose attribute ``resume`` is a :class:`ResumePoint`: the offset the next element gets
+(every element before it is durable: in the write-ahead log, or committed by Spark when
+there is no log) and the position key the publisher attached to the element before it.
+A publisher over an upstream that can seek (a sequence, a file, a Kafka partition, a queue
+with an index) starts right after that element, and a kill then loses and repeats nothing.
+To attach keys, give the publisher a method ``position_key(element) -> str | None``; the
+source calls it for the last element of each group commit and keeps the key in the log.
+
+**Acknowledging.** Give the publisher a method ``on_durable(count: int) -> None``. The
+source calls it, serially and from a thread of its own, once the first ``count`` elements
+signalled to this subscription are durable (counted from 1 in signal order, increasing
+with each call): written to the log with ``walLocation``, committed by Spark without it.
+A publisher over an upstream that redelivers what was not acknowledged (an MQTT QoS 1
+session, a message queue) acknowledges them upstream then. A kill can then repeat only
+elements that were durable and not yet acknowledged; see the README for dropping them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ResumePoint"]
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumable publisher starts.
+
+    Attributes
+    ----------
+    offset : int
+        The stream offset of the next element: elements ``0 .. offset - 1`` are durable.
+    key : str or None
+        The key the publisher's ``position_key`` gave the element at ``offset - 1``;
+        ``None`` when there is none (a fresh stream, or a publisher without keys).
+    """
+
+    offset: int = 0
+    key: str | None = None

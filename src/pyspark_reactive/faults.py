@@ -1,0 +1,48 @@
+"""Fault injection for crash trials: kill this process group at a chosen point.
+
+Off unless the environment variable ``PYSPARK_REACTIVE_CRASH_AT`` is set, as
+``"<point>:<n>"``: the ``n``-th time (1-based, counted in each process) that code reaches
+``point``, the whole process group gets SIGKILL: driver, JVM, source runner and Python
+workers alike, as when a machine or container dies. Spark passes the driver's environment
+to the processes it starts, so the variable reaches the runner and the workers.
+
+Points:
+
+``latest``
+    In ``latestOffset``, after the batch's end is known and before it is returned.
+``wal-write``
+    Halfway through writing a log segment: the file on disk is torn.
+``read``
+    In a task's ``read()``, on an executor: during a batch's tasks.
+
+When ``PYSPARK_REACTIVE_CRASH_LOG`` names a file, a line ``<point> <time.time()>`` is
+appended to it (and flushed) just before the kill, so a trial knows when it died.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+__all__ = ["POINTS", "crash_point"]
+
+POINTS = ("latest", "wal-write", "read")
+
+_SPEC = os.environ.get("PYSPARK_REACTIVE_CRASH_AT", "")
+_TARGET, _, _COUNT = _SPEC.partition(":")
+_hits: dict[str, int] = {}
+
+
+def crash_point(point: str) -> None:
+    """Kill the process group here if ``PYSPARK_REACTIVE_CRASH_AT`` names this hit."""
+    if point != _TARGET:
+        return
+    _hits[point] = hits = _hits.get(point, 0) + 1
+    if hits != int(_COUNT or "1"):
+        return
+    record = os.environ.get("PYSPARK_REACTIVE_CRASH_LOG")
+    if record:
+        with open(record, "a") as handle:
+            handle.write(f"{point} {time.time():.6f}\n")
+    os.killpg(os.getpgid(0), signal.SIGKILL)
