@@ -7,8 +7,11 @@ strings under case-insensitive names; :func:`parse_source_options` turns them in
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import logging
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,15 +20,23 @@ __all__ = [
     "AVAILABLE_NOW_DEFAULT_BATCHES",
     "DEFAULT_FILL_WAIT_MS",
     "DEFAULT_MAX_RECORDS_PER_TRIGGER",
+    "DEFAULT_SUBSCRIBE_TIMEOUT_MS",
+    "DEFAULT_WAL_SYNC_MS",
+    "DEFAULT_WAL_SYNC_ROWS",
+    "SOURCE_OPTIONS",
     "CaseInsensitiveOptions",
     "OptionError",
     "SourceOptions",
     "parse_source_options",
     "resolve_factory",
+    "warn_unknown_options",
 ]
 
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 10_000
 DEFAULT_FILL_WAIT_MS = 100
+DEFAULT_WAL_SYNC_MS = 50
+DEFAULT_WAL_SYNC_ROWS = 10_000
+DEFAULT_SUBSCRIBE_TIMEOUT_MS = 30_000
 # availableNowMaxRecords defaults to this many full micro-batches, so a scheduled
 # availableNow run over an endless publisher lasts about as many batches whatever their size.
 AVAILABLE_NOW_DEFAULT_BATCHES = 100
@@ -36,6 +47,25 @@ BUILTIN_PUBLISHERS = {"range": "pyspark_reactive.builtin:range_publisher"}
 # Set by read_stream() on the data source class it registers; never a user option.
 SHIPPED_FACTORY = "<factory shipped with the data source>"
 
+# Every option the source itself reads. Any other option is passed on to the publisher's
+# factory, so it is not an error; one whose name is close to these is warned about.
+SOURCE_OPTIONS = ("publisher", "maxRecordsPerTrigger", "fillWaitMs", "numPartitions",
+                  "availableNowMaxRecords", "walLocation", "walSyncMs", "walSyncRows",
+                  "subscribeTimeoutMs")
+# Counts are longs on the JVM side (ReadMaxRows, offsets); durations in milliseconds are
+# capped as Java ints are (about 24.8 days), well inside what Python's waits accept.
+MAX_COUNT = 2**63 - 1
+MAX_MILLISECONDS = 2**31 - 1
+# How close (difflib's ratio of the lower-cased names) an unknown option must be to one
+# of SOURCE_OPTIONS to be taken for a typo of it: maxRecordPerTrigger is (0.97),
+# Kafka's maxOffsetsPerTrigger is (0.85); options of test and built-in publishers such as
+# count, start, rowsPerSecond or recordTo are far from every one (0.5 or less).
+CLOSE_TO_KNOWN = 0.75
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_SHOWN = 80
+
+log = logging.getLogger("pyspark_reactive.source")
+
 
 class OptionError(ValueError):
     """A source option with a value that is not accepted."""
@@ -43,7 +73,10 @@ class OptionError(ValueError):
     def __init__(self, option: str, value: object, accepted: str) -> None:
         self.option = option
         self.value = value
-        super().__init__(f"reactive source: option {option}={value!r} is not accepted: "
+        shown = repr(value)
+        if len(shown) > _SHOWN:
+            shown = f"{shown[:_SHOWN - 3]}... ({len(str(value))} characters)"
+        super().__init__(f"reactive source: option {option}={shown} is not accepted: "
                          f"{accepted}")
 
 
@@ -91,6 +124,13 @@ class SourceOptions:
     available_now_max_records : int
         The most elements an ``availableNow`` trigger takes from the publisher beyond
         those the source holds when the trigger starts; then the query ends.
+    wal_sync_ms : int
+        With a write-ahead log, at most this many milliseconds pass between syncs of the
+        elements that arrived (a group commit).
+    wal_sync_rows : int
+        With a write-ahead log, a sync starts as soon as this many elements wait.
+    subscribe_timeout_ms : int
+        How long the source waits for the publisher's ``on_subscribe`` before failing.
     raw : dict of str to str
         Every option as given (with its original name), passed to the factory.
     """
@@ -102,11 +142,20 @@ class SourceOptions:
     num_partitions: int | None
     available_now_max_records: int
     raw: dict[str, str]
+    wal_sync_ms: int = DEFAULT_WAL_SYNC_MS
+    wal_sync_rows: int = DEFAULT_WAL_SYNC_ROWS
+    subscribe_timeout_ms: int = DEFAULT_SUBSCRIBE_TIMEOUT_MS
 
 
 def parse_source_options(options: Mapping[str, str], *,
                          shipped_factory: bool = False) -> SourceOptions:
     """Validate the reader's options.
+
+    Every option is checked, whatever the trigger or the publisher: a value that could
+    only fail later (in the source runner, once the query runs) fails here. An option the
+    source does not read is passed on to the publisher's factory; one whose name is close
+    to an option of the source (``maxRecordPerTrigger``) is logged as a warning on the
+    ``pyspark_reactive.source`` logger, naming the options the source knows.
 
     Parameters
     ----------
@@ -123,10 +172,34 @@ def parse_source_options(options: Mapping[str, str], *,
     Raises
     ------
     OptionError
-        Naming the first option whose value is not accepted.
+        Naming the first option whose value is not accepted, the value, and what is
+        accepted.
+
+    Examples
+    --------
+    >>> parse_source_options({"publisher": "range", "MAXRECORDSPERTRIGGER": " 500 "}
+    ...                      ).max_records_per_trigger
+    500
+    >>> parse_source_options({"publisher": "range", "fillWaitMs": "2.5"})
+    Traceback (most recent call last):
+        ...
+    pyspark_reactive.options.OptionError: reactive source: option fillWaitMs='2.5' is not \
+accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a whole number
     """
     raw = {str(k): str(v) for k, v in options.items()}
-    lower = {k.lower(): v for k, v in raw.items()}
+    lower: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for name, value in raw.items():
+        key = name.lower()
+        if key in lower and key in _KNOWN_LOWER:
+            # Spark keeps one of them (its options are case-insensitive); read_stream()
+            # passes both: refuse rather than pick one silently.
+            raise OptionError(_KNOWN_LOWER[key], value,
+                              f"one value; it is also given as {names[key]}={lower[key]!r} "
+                              "(option names are case-insensitive)")
+        lower[key] = value
+        names[key] = name
+    warn_unknown_options(raw)
 
     publisher = lower.get("publisher")
     if shipped_factory:
@@ -142,35 +215,117 @@ def parse_source_options(options: Mapping[str, str], *,
         publisher = publisher.strip()
 
     max_records = _int_option(lower, "maxRecordsPerTrigger", DEFAULT_MAX_RECORDS_PER_TRIGGER, 1)
-    assert max_records is not None
-    fill_wait = _int_option(lower, "fillWaitMs", DEFAULT_FILL_WAIT_MS, 0)
-    partitions = _int_option(lower, "numPartitions", None, 1)
-    available_now = _int_option(lower, "availableNowMaxRecords",
-                                AVAILABLE_NOW_DEFAULT_BATCHES * max_records, 0)
+    fill_wait = _int_option(lower, "fillWaitMs", DEFAULT_FILL_WAIT_MS, 0, MAX_MILLISECONDS)
+    partitions = _optional_int_option(lower, "numPartitions", 1)
+    available_now = _int_option(
+        lower, "availableNowMaxRecords",
+        min(MAX_COUNT, AVAILABLE_NOW_DEFAULT_BATCHES * max_records), 0)
+    wal_sync_ms = _int_option(lower, "walSyncMs", DEFAULT_WAL_SYNC_MS, 1, MAX_MILLISECONDS)
+    wal_sync_rows = _int_option(lower, "walSyncRows", DEFAULT_WAL_SYNC_ROWS, 1)
+    subscribe_timeout = _int_option(lower, "subscribeTimeoutMs", DEFAULT_SUBSCRIBE_TIMEOUT_MS,
+                                    1, MAX_MILLISECONDS)
     wal = lower.get("wallocation")
     if wal is not None and not wal.strip():
         raise OptionError("walLocation", wal, "a local path or a filesystem URI pyarrow "
-                          "understands (file:/path, hdfs://, s3://, ...)")
-    assert fill_wait is not None and available_now is not None
+                          "understands (file:/path, hdfs://, s3://, ...); it is "
+                          f"{'empty' if not wal else 'blank'}")
+    if wal is None and ("walsyncms" in lower or "walsyncrows" in lower):
+        log.warning("reactive source: walSyncMs and walSyncRows have no effect without "
+                    "walLocation (there is no log to sync)")
     return SourceOptions(publisher=publisher, max_records_per_trigger=max_records,
                          fill_wait_ms=fill_wait, wal_location=wal.strip() if wal else None,
                          num_partitions=partitions, available_now_max_records=available_now,
-                         raw=raw)
+                         raw=raw, wal_sync_ms=wal_sync_ms, wal_sync_rows=wal_sync_rows,
+                         subscribe_timeout_ms=subscribe_timeout)
 
 
-def _int_option(options: Mapping[str, str], name: str, default: int | None,
-                minimum: int) -> int | None:
+_KNOWN_LOWER = {name.lower(): name for name in SOURCE_OPTIONS}
+
+
+def warn_unknown_options(options: Mapping[str, str]) -> list[str]:
+    """Warn about options whose names look like a misspelt option of the source.
+
+    The source passes every option to the publisher's factory, which may read options
+    of its own (``count``, ``recordTo``, ...), so an option the source does not read is
+    not an error. One whose lower-cased name is close to a source option's (difflib's
+    ratio of at least 0.75, such as ``maxRecordPerTrigger`` or Kafka's
+    ``maxOffsetsPerTrigger``) is most likely a typo that would otherwise pass unseen:
+    it is logged as a warning on the ``pyspark_reactive.source`` logger, naming the
+    closest option and all of them.
+
+    Parameters
+    ----------
+    options : mapping of str to str
+        The options as given.
+
+    Returns
+    -------
+    list of str
+        The names warned about.
+
+    Examples
+    --------
+    >>> warn_unknown_options({"publisher": "range", "maxRecordPerTrigger": "5", "count": "9"})
+    ['maxRecordPerTrigger']
+    """
+    warned = []
+    for name in options:
+        key = str(name).lower()
+        if key in _KNOWN_LOWER:
+            continue
+        close = difflib.get_close_matches(key, _KNOWN_LOWER, n=1, cutoff=CLOSE_TO_KNOWN)
+        if not close:
+            continue
+        warned.append(str(name))
+        log.warning(
+            "reactive source: option %r is not an option of the source; did you mean %r? "
+            "The source's options are %s (names are case-insensitive). Options the source "
+            "does not know are passed to the publisher's factory: if yours reads %r, "
+            "ignore this warning.", name, _KNOWN_LOWER[close[0]], ", ".join(SOURCE_OPTIONS),
+            name)
+    return warned
+
+
+def _accepted(minimum: int, maximum: int) -> str:
+    first = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    unit = " (milliseconds)" if maximum == MAX_MILLISECONDS else ""
+    return f"{first}, at most {maximum}{unit}"
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int, minimum: int,
+                maximum: int = MAX_COUNT) -> int:
+    value = _optional_int_option(options, name, minimum, maximum)
+    return default if value is None else value
+
+
+def _optional_int_option(options: Mapping[str, str], name: str, minimum: int,
+                         maximum: int = MAX_COUNT) -> int | None:
+    """The option as an int; digits only (with a sign, and spaces around), as Spark's own
+    integer options take them: not ``2.5``, ``1e6``, ``1_000`` or ``0x10``."""
     text = options.get(name.lower())
     if text is None:
-        return default
-    accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise OptionError(name, text, accepted) from None
+        return None
+    accepted = _accepted(minimum, maximum)
+    stripped = text.strip()
+    if not stripped:
+        raise OptionError(name, text, f"{accepted}; it is {'empty' if not text else 'blank'}")
+    if not _INTEGER.fullmatch(stripped):
+        raise OptionError(name, text, f"{accepted}; {_shown(stripped)} is not a whole number")
+    digits = stripped.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(MAX_COUNT)):
+        # Beyond every bound (and beyond what int() parses, 4,300 digits): no need to.
+        where = f"below {minimum}" if stripped.startswith("-") else f"above {maximum}"
+        raise OptionError(name, text, f"{accepted}; it is {where}")
+    value = int(stripped)
     if value < minimum:
-        raise OptionError(name, text, accepted)
+        raise OptionError(name, text, f"{accepted}; {value} is below {minimum}")
+    if value > maximum:
+        raise OptionError(name, text, f"{accepted}; it is above {maximum}")
     return value
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= _SHOWN else f"{text[:_SHOWN - 3]!r}..."
 
 
 def resolve_factory(publisher: str) -> Callable[[Mapping[str, str]], Any]:

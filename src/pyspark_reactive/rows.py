@@ -5,8 +5,10 @@ not fit the schema (its offset, column and value) without losing the rows before
 Shapes: a tuple or list is a row by position, a dict by name, a ``Row`` by name (or by
 position when it has no names), and any other element is the value of a one-column schema.
 When that one column is an array, map or struct, every element is its value. Values
-convert as Spark converts a Python data source's rows: strings accept any value (``str``),
+convert as Spark converts a Python data source's rows: strings accept any scalar (``str``),
 naive datetimes are local time for ``TIMESTAMP``, ``TIMESTAMP_NTZ`` takes naive ones only.
+Where Spark would store a Python repr nobody meant, it is refused instead: ``bytes`` or a
+dict, list, tuple or set in a ``STRING`` column, and a string that is not valid text.
 """
 
 from __future__ import annotations
@@ -59,9 +61,25 @@ _NEEDS: list[tuple[type[DataType], tuple[type, ...], str]] = [
     (DecimalType, (decimal.Decimal,), "a Decimal"),
     (BinaryType, (bytes, bytearray), "bytes or bytearray"),
 ]
+# A value of these types in a column that is not an array, map or struct is a mistake of
+# shape (Spark would store its repr in a STRING column, and fail obscurely elsewhere).
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+# Not text: Spark would store "b'...'" in a STRING column; which encoding is meant is
+# the publisher's to say.
+_NOT_TEXT = (bytes, bytearray, memoryview)
+# What the columns whose values go to pyarrow unconverted take, for messages.
+_TAKES: list[tuple[tuple[type[DataType], ...], str]] = [
+    ((ByteType, ShortType, IntegerType, LongType), "an int"),
+    ((FloatType, DoubleType), "a float or an int"),
+    ((BooleanType,), "a bool"), ((DateType,), "a date"),
+]
 # Column conversion is tried on chunks of this many values to find a bad one quickly.
 _CHUNK = 4096
 _SHOWN = 80
+
+
+class _Refused(TypeError):
+    """A value the converter refuses before Spark's conversion sees it; says why."""
 
 
 class RowConversionError(ValueError):
@@ -157,14 +175,32 @@ class _Column:
         self.native = {str, type(None)} if isinstance(data_type, StringType) else set()
         # Direct and string columns can go through pyarrow's tuple-to-struct conversion.
         self.pyarrow_only = direct or bool(self.native)
+        self.flat = not isinstance(data_type, _NESTED)
+        self.text = isinstance(data_type, StringType)
 
     def array(self, values: Sequence[Any]) -> pa.Array:
         if self.convert_value is not None and not (
                 self.native and set(map(type, values)) <= self.native):
             convert = self.convert_value
+            if self.text:
+                self._refuse_non_text(values)
             return pa.array([None if v is None else convert(v) for v in values],
                             type=self.arrow_type)
         return pa.array(values, type=self.arrow_type)
+
+    def _refuse_non_text(self, values: Sequence[Any]) -> None:
+        for value in values:
+            if isinstance(value, _NOT_TEXT):
+                raise _Refused(f"{self.type_name} takes text, and {type(value).__name__} is "
+                               "not text: decode it (value.decode('utf-8')) or declare the "
+                               "column BINARY")
+            if isinstance(value, _CONTAINERS):
+                raise _Refused(self._not_flat(value))
+
+    def _not_flat(self, value: Any) -> str:
+        return (f"{self.type_name} takes one value, not a {type(value).__name__}: declare "
+                "the column ARRAY, MAP or STRUCT to keep it nested, or give its parts "
+                "columns of their own")
 
     def first_bad(self, values: Sequence[Any]) -> tuple[int, str] | None:
         """Index and reason of the first value that does not convert, or ``None``."""
@@ -186,10 +222,23 @@ class _Column:
 
     def reason(self, error: BaseException, value: Any) -> str:
         """A short reason from ``error``, raised converting ``value``."""
+        if isinstance(error, _Refused):
+            return str(error)
+        if self.flat and isinstance(value, _CONTAINERS):
+            return self._not_flat(value)
+        if isinstance(error, UnicodeEncodeError):
+            # pyarrow encodes str as UTF-8: a lone surrogate (often from decoding bytes
+            # with errors="surrogateescape") has no encoding.
+            bad = error.object[error.start:error.end]
+            return (f"not valid text: {bad!r} at position {error.start} cannot be encoded "
+                    f"as UTF-8 ({error.reason}); a string must hold only encodable characters")
         # pyarrow's messages repeat the value: keep the first line, shortened.
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
         if len(text) > 2 * _SHOWN:
             text = text[:2 * _SHOWN - 3] + "..."
+        takes = next((what for kind, what in _TAKES if isinstance(self.data_type, kind)), None)
+        if text and takes and text.startswith(("Could not convert", "object of type")):
+            return f"{text}; {self.type_name} takes {takes}"
         if text:
             return text
         for kind, accepted, needed in _NEEDS:
@@ -378,6 +427,9 @@ class RowConverter:
             return self._by_name(element, "key")
         if self.single:
             return (element,)
+        if element is None:
+            raise ValueError(f"None is not a row (a tuple, list, dict or Row of {width} values "
+                             "is needed; §2.13: a publisher must not signal None)")
         raise ValueError(f"a tuple, list, dict or Row of {width} values is needed")
 
     def _by_name(self, values: dict[Any, Any], what: str) -> tuple[Any, ...]:

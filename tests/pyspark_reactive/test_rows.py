@@ -186,9 +186,13 @@ def test_integer_ranges(data_type: DataType, low: int, high: int) -> None:
 def test_plain_tuples_and_dicts_keep_sparks_value_semantics() -> None:
     # Rows of plain columns take pyarrow's fast path: these values must still come out
     # as Spark's conversion makes them, and a bad one must still be found.
-    assert rows(PAIR, [(1, "a"), (2, 7), (3, True), (4, b"x")]) == [
+    assert rows(PAIR, [(1, "a"), (2, 7), (3, True), (4, 2.5)]) == [
         {"id": 1, "name": "a"}, {"id": 2, "name": "7"}, {"id": 3, "name": "true"},
-        {"id": 4, "name": "b'x'"}]
+        {"id": 4, "name": "2.5"}]
+    # Where Spark would store a repr nobody meant ("b'x'"), the converter refuses (see
+    # test_bad_input.py for every such case).
+    batch, error = RowConverter(PAIR).convert([(1, "a"), (4, b"x")], 0)
+    assert batch.num_rows == 1 and error is not None and error.value == b"x"
     assert rows(PAIR, [{"id": 1}, {"name": 2}]) == [
         {"id": 1, "name": None}, {"id": None, "name": "2"}]
     batch, error = RowConverter(PAIR).convert([{"id": 1}, {"id": 2, "nmae": "x"}], 0)
