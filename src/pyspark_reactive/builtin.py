@@ -16,13 +16,18 @@ __all__ = ["range_publisher"]
 
 
 def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
-    """Publisher of consecutive integers: the built-in ``range``.
+    """Publisher of consecutive integers: the built-in ``range``. It is resumable: element
+    ``k`` of the stream is always ``start + k``, so a restarted query's publisher begins
+    right after the last element the write-ahead log holds (``options.resume``, see
+    :mod:`pyspark_reactive.durability`), and a hard kill loses and repeats nothing.
 
     Parameters
     ----------
     options : mapping of str to str
         ``start`` (int, default 0); ``count`` (int >= 0; omitted: endless);
-        ``rowsPerSecond`` (positive number; omitted: as fast as demand allows).
+        ``rowsPerSecond`` (positive number; omitted: as fast as demand allows). With an
+        attribute ``resume`` (a ``ResumePoint``), the elements before its offset are
+        left out.
 
     Returns
     -------
@@ -48,16 +53,18 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     if count is not None and count < 0:
         raise OptionError("count", lower["count"], "an integer >= 0, or omit it for no end")
     stop = UNBOUNDED if count is None else start + count
+    resume = getattr(options, "resume", None)
+    first = min(stop, start + (resume.offset if resume is not None else 0))
     rate_text = lower.get("rowspersecond")
     if rate_text is None:
-        return RangePublisher(start, stop - start)
+        return RangePublisher(first, stop - first)
     try:
         rate = float(rate_text)
     except ValueError:
         rate = -1.0
     if not rate > 0:
         raise OptionError("rowsPerSecond", rate_text, "a positive number")
-    return IterablePublisher(lambda: _paced(start, stop, rate))
+    return IterablePublisher(lambda: _paced(first, stop, rate))
 
 
 def _int(options: Mapping[str, str], name: str) -> int | None:

@@ -2,11 +2,13 @@
 it, and keeps ``buffered + outstanding demand <= capacity`` at every moment.
 
 Demand is issued in whole batches: ``capacity`` on subscribe, then, each time a batch is
-taken, exactly as many as were taken. A publisher that keeps up therefore sees one
-``request(capacity)`` per micro-batch. :meth:`DemandBuffer.limit_demand` caps what is
-requested from then on (an ``availableNow`` trigger's bound). Calls on the subscription
-are made on one thread of the buffer's own (§2.7), so a synchronous publisher fills the
-next batch while Spark processes the current one.
+taken, exactly as many as were taken. The source's write-ahead log takes elements out as
+they arrive (:meth:`DemandBuffer.hold`) without releasing their demand; a micro-batch
+releases it (:meth:`DemandBuffer.release`) when it takes them. A publisher that keeps up
+therefore sees one ``request(capacity)`` per micro-batch. :meth:`DemandBuffer.limit_demand`
+caps what is requested from then on (an ``availableNow`` trigger's bound). Calls on the
+subscription are made on one thread of the buffer's own (§2.7), so a synchronous publisher
+fills the next batch while Spark processes the current one.
 """
 
 from __future__ import annotations
@@ -65,10 +67,15 @@ class DemandBuffer(Subscriber[Any]):
         self._wanted = 0  # a taker waits until this many are buffered (0: nobody waits)
         self._subscription: Subscription | None = None
         self._subscribed = threading.Event()
-        # Both counters have one writer each: _requested the thread that takes, _received
-        # the thread that signals (§1.3 makes on_next serial). Reads are GIL-atomic.
+        # Each counter has one writer: _requested and _released the thread that takes,
+        # _received the thread that signals (§1.3 makes on_next serial). Reads are
+        # GIL-atomic. Received and not released: held, here or by hold()'s caller.
         self._requested = 0
         self._received = 0
+        self._released = 0
+        # hold()'s caller asks to be woken when this many elements wait here (0: never).
+        self._nudge = threading.Event()
+        self._nudge_at = 0
         self._allowance: int | None = None  # demand that may still be requested (None: any)
         self.max_outstanding = 0  # the most demand ever outstanding, for tests and logs
         self._terminal: BaseException | None = None
@@ -81,6 +88,7 @@ class DemandBuffer(Subscriber[Any]):
         self._sealed = False
         self._drained = False  # drain() has taken what it returns
         self.refused = 0  # elements signalled after drain(), not kept (logged)
+        self.late = 0  # elements signalled after on_complete/on_error (§1.7), not kept
         self._calls_thread: int | None = None
         # The thread starts with the first call submitted; close() stops it.
         self._calls = ThreadPoolExecutor(
@@ -108,10 +116,14 @@ class DemandBuffer(Subscriber[Any]):
             if self._sealed:
                 self._refuse()
                 return
+            if self._completed or self._terminal is not None:
+                self._late(element)
+                return
             self._accept(element)
             if self._drained and self._elements:
                 # Under way for longer than drain() waited: what it appended is behind
                 # the drain, so it is refused like a later element.
+                self._received -= len(self._elements)
                 self._elements.clear()
                 self._refuse()
         finally:
@@ -137,12 +149,15 @@ class DemandBuffer(Subscriber[Any]):
             self._fail(PublisherError(
                 f"§1.1: the publisher signalled {self._received} elements for a total demand "
                 f"of {self._requested}"))
+            self._received -= 1  # not kept, so not received
             return
         elements = self._elements
         elements.append(element)
-        if self._wanted and len(elements) >= self._wanted:
+        if self._wanted and self._received - self._released >= self._wanted:
             with self._changed:
                 self._changed.notify_all()
+        if self._nudge_at and len(elements) >= self._nudge_at:
+            self._nudge.set()
 
     def _refuse(self) -> None:
         # §3.12: signals may still come for a while after cancel; once the buffer has
@@ -152,6 +167,14 @@ class DemandBuffer(Subscriber[Any]):
             log.warning("the publisher signalled an element after the source had drained its "
                         "buffer (it had cancelled, §3.12); it is not kept. Elements refused "
                         "this way are counted in DemandBuffer.refused")
+
+    def _late(self, element: Any) -> None:
+        # §1.7: nothing may follow a terminal signal. The element is not a row.
+        self.late += 1
+        if self.late == 1:
+            log.warning("the publisher signalled an element after its terminal signal "
+                        "(§1.7 forbids it); it is not kept (%.80r). Such elements are "
+                        "counted in DemandBuffer.late", element)
 
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "the error", "§2.13")
@@ -184,8 +207,18 @@ class DemandBuffer(Subscriber[Any]):
 
     @property
     def buffered(self) -> int:
-        """Elements received and not yet taken."""
-        return len(self._elements)
+        """Elements received and not yet taken (here, or held by :meth:`hold`'s caller)."""
+        return self._received - self._released
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether the publisher has called ``on_subscribe``."""
+        return self._subscribed.is_set()
+
+    @property
+    def received(self) -> int:
+        """Elements received in all."""
+        return self._received
 
     @property
     def outstanding(self) -> int:
@@ -208,8 +241,8 @@ class DemandBuffer(Subscriber[Any]):
         return None if self._elements else self._terminal
 
     def wait(self, wanted: int, timeout: float, interrupted: Any = None) -> bool:
-        """Wait until ``wanted`` elements are buffered (or as many as can still come, after
-        :meth:`limit_demand`) or the stream ended.
+        """Wait until ``wanted`` elements are buffered, held ones included (or as many as can
+        still come, after :meth:`limit_demand`) or the stream ended.
 
         ``interrupted`` is an optional callable checked about once a second; a true result
         ends the wait early (the source uses it to notice that its parent is gone).
@@ -218,19 +251,19 @@ class DemandBuffer(Subscriber[Any]):
         if self._allowance is not None:
             # Past limit_demand's allowance, elements that will never be requested never
             # come: wait only for those that can.
-            wanted = min(wanted, len(self._elements) + self.outstanding + self._allowance)
+            wanted = min(wanted, self.buffered + self.outstanding + self._allowance)
         deadline = time.monotonic() + timeout
         with self._changed:
             self._wanted = wanted
             try:
-                while len(self._elements) < wanted and not self.ended:
+                while self.buffered < wanted and not self.ended:
                     left = deadline - time.monotonic()
                     if left <= 0 or (interrupted is not None and interrupted()):
                         break
                     self._changed.wait(min(left, 1.0))
             finally:
                 self._wanted = 0
-            return len(self._elements) >= wanted or self.ended
+            return self.buffered >= wanted or self.ended
 
     def limit_demand(self, more: int) -> None:
         """Request at most ``more`` elements beyond those requested so far.
@@ -254,9 +287,26 @@ class DemandBuffer(Subscriber[Any]):
         elements = self._elements
         count = min(most, len(elements))
         taken = [elements.popleft() for _ in range(count)]
-        if taken and not self.ended:
-            self._request(len(taken))
+        self.release(len(taken))
         return taken
+
+    def hold(self) -> list[Any]:
+        """Take every element here without releasing its demand (see :meth:`release`)."""
+        elements = self._elements
+        return [elements.popleft() for _ in range(len(elements))]
+
+    def release(self, count: int) -> None:
+        """Count ``count`` held elements as taken and request as many more."""
+        if count <= 0:
+            return
+        self._released += count
+        if not self.ended:
+            self._request(count)
+
+    def nudge_when(self, waiting: int) -> threading.Event:
+        """An event set once ``waiting`` elements are here, for a thread that holds them."""
+        self._nudge_at = max(1, waiting)
+        return self._nudge
 
     def drain(self, settle: float = 1.0) -> list[Any]:
         """Take everything buffered and seal the buffer (used when stopping).
@@ -277,6 +327,7 @@ class DemandBuffer(Subscriber[Any]):
                             "drain its buffer; its element will be refused", settle)
         elements = self._elements
         drained = [elements.popleft() for _ in range(len(elements))]
+        self._released += len(drained)  # taken for good: nothing more is requested
         self._drained = True
         return drained
 

@@ -23,9 +23,12 @@ elements that were durable and not yet acknowledged; see the README for dropping
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["ResumePoint"]
+from .options import CaseInsensitiveOptions
+
+__all__ = ["FactoryOptions", "ResumePoint"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +46,12 @@ class ResumePoint:
 
     offset: int = 0
     key: str | None = None
+
+
+class FactoryOptions(CaseInsensitiveOptions):
+    """The options a publisher factory is called with: the reader's options (names compare
+    case-insensitively) and :attr:`resume`, where a resumable publisher starts."""
+
+    def __init__(self, options: Mapping[str, str], resume: ResumePoint | None = None) -> None:
+        super().__init__(options)
+        self.resume = resume if resume is not None else ResumePoint()

@@ -13,11 +13,13 @@ starts, and requests no more than that, so the query ends on an endless publishe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +29,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from .demand_buffer import DemandBuffer
+from .durability import FactoryOptions, ResumePoint
+from .faults import crash_point
+from .intake import Intake, Segment
 from .options import (
     SHIPPED_FACTORY,
     CaseInsensitiveOptions,
@@ -36,8 +41,8 @@ from .options import (
     parse_source_options,
     resolve_factory,
 )
-from .rows import RowConversionError, RowConverter, arrow_schema
-from .wal import WalEntry, WriteAheadLog
+from .rows import RowConverter, arrow_schema
+from .wal import WalDamaged, WriteAheadLog
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (
@@ -165,9 +170,8 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark 4.2+ shows this as the source's "latestOffset" in query progress: how far
         # the publisher has got, so latestOffset - endOffset is what the source holds.
         run = self._run
-        if run is None or run.cursor is None:
-            return None
-        return {"offset": run.cursor + (run.buffer.buffered if run.buffer else 0)}
+        reported = None if run is None else run.reported()
+        return None if reported is None else {"offset": reported}
 
     def prepareForTriggerAvailableNow(self) -> None:
         # Spark 4.2+ calls this first, when an availableNow trigger starts. A push-based
@@ -182,6 +186,7 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ArrowPartition)
+        crash_point("read")
         return partition.batches()
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -202,7 +207,7 @@ def _offset(offset: Mapping[str, Any] | None) -> Any:
 
 
 class _QueryRun:
-    """Everything one query run holds in the runner: subscription, batches, the log."""
+    """Everything one query run holds in the runner: subscription, rows, the log."""
 
     def __init__(self, options: SourceOptions, schema: StructType,
                  factory: Factory | None) -> None:
@@ -211,36 +216,57 @@ class _QueryRun:
         self.arrow_schema = arrow_schema(schema)
         self.factory = factory
         self.buffer: DemandBuffer | None = None
+        self.intake: Intake | None = None
         self.cursor: int | None = None  # where the next batch starts (Spark 4.0/4.1)
-        # Batches cut in this run and not yet committed: start -> (end, rows).
-        self.batches: dict[int, tuple[int, pa.Table]] = {}
-        self.deferred: RowConversionError | None = None
         # Elements an availableNow trigger may still take from the publisher (None: no
         # bound, any other trigger, or Spark 4.0/4.1, which never say availableNow).
         self.available_now_left: int | None = None
         self.parent = os.getppid()
         self._fresh_checked = False
+        self._tail_checked = False
         self._claimed = False
         self._planned = False  # partitions() called in this run
         self._busy = False
         self._terminating = False
+        self._subscribing_since: float | None = None
+        self._released = 0  # elements of this subscription offered in a batch
         self.wal: WriteAheadLog | None = None
         if options.wal_location is not None:
             self.wal = WriteAheadLog(options.wal_location)
             self.wal.lock(WAL_LOCK_TIMEOUT_S)
+            self.wal.set_aside_torn()
         else:
             log.warning("reactive source: no walLocation, so rows the publisher signalled but "
                         "Spark has not yet processed are lost if the query stops or fails "
                         "(at-most-once for them); set walLocation for exactly-once. %s",
                         describe(options))
-        # Batches a stopped run left in the log that this run has not committed yet.
-        self.recovered: dict[int, WalEntry] = {
-            entry.start: entry for entry in (self.wal.entries() if self.wal else [])}
+        # Rows a stopped run left in the log that this run has not committed yet.
+        self.recovered: list[Segment] = [
+            Segment(entry.start, entry.end, entry=entry)
+            for entry in (self.wal.entries() if self.wal else [])]
         self._install_sigterm()
 
     # -- Spark's calls -------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _calling(self) -> Iterator[None]:
+        # A SIGTERM arriving during one of Spark's calls waits for it (its rows may be
+        # half logged), then shuts down.
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+            if self._terminating:
+                self._shutdown_and_exit()
+
     def latest(self, start: int | None, limit: Any) -> int:
+        with self._calling():
+            end = self._latest(start, limit)
+            crash_point("latest")
+            return end
+
+    def _latest(self, start: int | None, limit: Any) -> int:
         if not self._planned and (start == 0 or (start is None and self.cursor is None)):
             # A restarted query first plans again the batch its checkpoint recorded
             # (partitions()); one asked for a batch from the stream's beginning before
@@ -252,46 +278,55 @@ class _QueryRun:
             # batch (starting_fresh() refused a log another checkpoint holds): offset 0.
             start = 0 if self.cursor is None else self.cursor
         self.cursor = start
-        stored = self._stored_end(start)
-        if stored is not None:
-            # A batch cut before (by this run or a stopped one) that Spark has not
-            # planned yet: offer exactly it again.
-            self.cursor = stored
-            return stored
-        if self.deferred is not None:
-            raise self.deferred
-        if self.available_now_left == 0:
-            return start  # the availableNow bound is reached: no batch, the query ends
-        buffer = self._subscribed()
+        self._check_tail(start)
         most = self.options.max_records_per_trigger
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             most = max(1, min(most, limit.max_rows))
+        recovered_end = self._recovered_end()
+        if start < recovered_end:
+            # Rows a stopped run left in the log that Spark has not planned yet: offer
+            # them before anything new.
+            self.cursor = min(start + most, recovered_end)
+            return self.cursor
+        intake = self.intake
+        if intake is not None and start < intake.base + self._released:
+            # Rows this run offered before and Spark asks for again: offer them again.
+            self.cursor = min(start + most, intake.base + self._released)
+            return self.cursor
+        if intake is not None and intake.error is not None and start >= intake.end:
+            raise intake.error
+        if self.available_now_left == 0:
+            return start  # the availableNow bound is reached: no batch, the query ends
+        buffer, intake = self._subscribed(start)
         if self.available_now_left is not None:
             most = min(most, self.available_now_left)
         buffer.wait(most, self.options.fill_wait_ms / 1000, self._orphaned)
         self._check_orphaned()
-        self._busy = True
-        try:
-            elements = buffer.take(most)
-            if self.available_now_left is not None:
-                self.available_now_left -= len(elements)
-                if self.available_now_left == 0:
-                    log.info("reactive source: availableNow took the %d elements its bound "
-                             "allows beyond those held when it started; this is its last "
-                             "batch", self.options.available_now_max_records)
-            if not elements:
-                if buffer.error is not None:
-                    raise _publisher_failed(self.options, buffer.error)
-                return start
-            end = self._store(start, elements)
-            self.cursor = end
-            return end
-        finally:
-            self._busy = False
-            if self._terminating:
-                self._shutdown_and_exit()
+        intake.sync()  # the batch's rows are durable before Spark learns its end
+        taken = min(most, intake.end - start)
+        if taken <= 0:
+            self._check_subscribed(buffer)
+            if intake.error is not None:
+                raise intake.error
+            if buffer.error is not None:
+                raise _publisher_failed(self.options, buffer.error)
+            return start
+        self._released += taken
+        buffer.release(taken)
+        if self.available_now_left is not None:
+            self.available_now_left -= taken
+            if self.available_now_left == 0:
+                log.info("reactive source: availableNow took the %d elements its bound "
+                         "allows beyond those held when it started; this is its last "
+                         "batch", self.options.available_now_max_records)
+        self.cursor = start + taken
+        return self.cursor
 
     def partitions(self, start: int, end: int) -> list[InputPartition]:
+        with self._calling():
+            return self._partitions(start, end)
+
+    def _partitions(self, start: int, end: int) -> list[InputPartition]:
         self._planned = True
         # Spark 4.0/4.1 tell a restarted run where the stream stands only here.
         self.cursor = max(self.cursor or 0, end)
@@ -319,10 +354,10 @@ class _QueryRun:
         """Fix the bound of an ``availableNow`` trigger, which starts now.
 
         The trigger takes what the publisher has signalled by now (rows the log holds are
-        offered anyway, as batches already cut) plus at most ``availableNowMaxRecords``
-        more, and requests no more than that: a publisher that honours demand signals
-        nothing beyond the bound. Rows it signals beyond it all the same (demand that was
-        outstanding already) stay in the buffer, and the shutdown keeps them in the log.
+        offered anyway) plus at most ``availableNowMaxRecords`` more, and requests no more
+        than that: a publisher that honours demand signals nothing beyond the bound. Rows
+        it signals beyond it all the same (demand that was outstanding already) are kept
+        in the log like any others.
         """
         beyond = self.options.available_now_max_records
         buffer = self.buffer
@@ -354,11 +389,11 @@ class _QueryRun:
         committed = self.wal.committed()
         if committed is None:
             if self.recovered:
-                rows = sum(e.end - e.start for e in self.recovered.values())
                 log.info("reactive source: taking over %d rows that a stopped run left in "
-                         "the write-ahead log before any checkpoint planned them", rows)
+                         "the write-ahead log before any checkpoint planned them",
+                         sum(s.end - s.start for s in self.recovered))
             return
-        pending = sum(e.end - e.start for e in self.recovered.values())
+        pending = sum(s.end - s.start for s in self.recovered)
         raise RuntimeError(
             f"reactive source: walLocation {self.options.wal_location!r} holds the "
             f"write-ahead log of another checkpoint (committed up to offset {committed}, "
@@ -369,92 +404,132 @@ class _QueryRun:
             "delete that directory to start over (its uncommitted rows are then lost)")
 
     def commit(self, end: int) -> None:
-        for start in [s for s, (e, _) in self.batches.items() if e <= end]:
-            del self.batches[start]
-        for start in [s for s, entry in self.recovered.items() if entry.end <= end]:
-            del self.recovered[start]
-        if self.wal is not None:
-            self.wal.commit(end)
+        with self._calling():
+            self.recovered = [s for s in self.recovered if s.end > end]
+            if self.intake is not None:
+                self.intake.committed(end)
+            if self.wal is not None:
+                self.wal.commit(end)
 
     def stop(self) -> None:
         # Spark sends SIGTERM and closes the runner's socket, whose end makes the runner
         # call stop(); a SIGTERM arriving during this shutdown must wait for it to finish
         # (its exit would cut short the logging of the rows held), then exit.
-        self._busy = True
-        try:
+        with self._calling():
             self._shutdown()
-        finally:
-            self._busy = False
-            if self._terminating:
-                self._shutdown_and_exit()
 
-    # -- batches -------------------------------------------------------------------------
+    # -- rows ----------------------------------------------------------------------------
 
-    def _store(self, start: int, elements: list[Any]) -> int:
-        batch, error = self.converter.convert(elements, start)
-        if error is not None:
-            # The rows before the bad element make a batch of their own; the error fails
-            # the query at the next call, once they are safe.
-            self.deferred = error
-            dropped = len(elements) - batch.num_rows - 1
-            if dropped:
-                log.warning("reactive source: the query fails at offset %d; the %d elements "
-                            "after it in the same cut are not delivered", error.offset, dropped)
-            if batch.num_rows == 0:
-                raise error
-        table = pa.Table.from_batches([batch], schema=self.arrow_schema)
-        end = start + table.num_rows
-        if self.wal is not None:
-            self.wal.write(WalEntry(start, end), table.to_batches(), self.arrow_schema)
-        self.batches[start] = (end, table)
-        return end
+    def _recovered_end(self) -> int:
+        return self.recovered[-1].end if self.recovered else 0
 
-    def _stored_end(self, start: int) -> int | None:
-        if start in self.batches:
-            return self.batches[start][0]
-        if start in self.recovered:
-            return self.recovered[start].end
-        return None
+    def _check_tail(self, start: int) -> None:
+        """Set aside damaged segments Spark was never told about (from ``start`` on).
+
+        Segments of the log are renamed into place only once whole, so one that does not
+        read holds no rows Spark learned of only if it lies beyond the batches Spark
+        recorded. It is set aside with everything after it (offsets stay contiguous), with
+        a warning. A damaged segment Spark was told about fails the batch that reads it.
+        """
+        if self._tail_checked or self.wal is None:
+            return
+        self._tail_checked = True
+        for index, segment in enumerate(self.recovered):
+            if segment.start < start or segment.entry is None:
+                continue
+            try:
+                segment.table = self.wal.read(segment.entry)
+            except WalDamaged as error:
+                dropped = self.recovered[index:]
+                self.recovered = self.recovered[:index]
+                moved = [self.wal.set_aside(s.entry.name) for s in dropped if s.entry]
+                log.warning("reactive source: %s. Spark was never told about its rows, so it "
+                            "and the %d segments after it (offsets [%d, %d), %d rows) are set "
+                            "aside: %s", error, len(dropped) - 1, dropped[0].start,
+                            dropped[-1].end, dropped[-1].end - dropped[0].start,
+                            ", ".join(moved))
+                return
 
     def _rows(self, start: int, end: int) -> pa.Table | None:
-        known: dict[int, tuple[int, WalEntry | None]] = {
-            s: (e, None) for s, (e, _) in self.batches.items()}
-        for entry in self.recovered.values():
-            known.setdefault(entry.start, (entry.end, entry))
+        segments = list(self.recovered)
+        if self.intake is not None:
+            segments += self.intake.snapshot()
         pieces = []
         position = start
         while position < end:
-            found = next(((s, e, w) for s, (e, w) in known.items() if s <= position < e), None)
+            found = next((s for s in segments if s.start <= position < s.end), None)
             if found is None:
                 return None
-            first, last, logged = found
-            if logged is None:
-                rows = self.batches[first][1]
+            if found.table is not None:
+                rows = found.table
             else:
-                assert self.wal is not None
-                rows = self.wal.read(logged)
-            upto = min(end, last)
-            pieces.append(rows.slice(position - first, upto - position))
+                assert self.wal is not None and found.entry is not None
+                try:
+                    rows = self.wal.read(found.entry)
+                except WalDamaged as error:
+                    raise RuntimeError(
+                        f"reactive source: {error}. Spark planned a batch from these rows "
+                        "(offsets [{}, {})), so the query cannot go on without them: restore "
+                        "the file, or start from a new checkpoint and walLocation (its rows "
+                        "are then lost)".format(start, end)) from error
+                found.table = rows
+            upto = min(end, found.end)
+            pieces.append(rows.slice(position - found.start, upto - position))
             position = upto
         return pa.concat_tables(pieces)
 
     # -- the subscription ----------------------------------------------------------------
 
-    def _subscribed(self) -> DemandBuffer:
-        if self.buffer is None:
-            factory = self.factory or resolve_factory(self.options.publisher)
-            publisher = factory(CaseInsensitiveOptions(self.options.raw))
-            if not callable(getattr(publisher, "subscribe", None)):
-                name = ("the factory given to read_stream()" if self.factory
-                        else f"publisher={self.options.publisher!r}")
-                raise TypeError(f"reactive source: {name} returned "
-                                f"{type(publisher).__name__}, not a Publisher")
-            self.buffer = DemandBuffer(self.options.max_records_per_trigger)
-            if self.available_now_left is not None:
-                self.buffer.limit_demand(self.available_now_left)
-            log.info("reactive source: subscribing to %r (%s)", publisher, describe(self.options))
-            self.buffer.start(publisher)
-        return self.buffer
+    def _subscribed(self, start: int) -> tuple[DemandBuffer, Intake]:
+        if self.buffer is not None and self.intake is not None:
+            return self.buffer, self.intake
+        base = max(start, self._recovered_end())
+        key = None
+        if self.wal is not None and self.recovered and self.recovered[-1].entry is not None:
+            key = self.wal.key(self.recovered[-1].entry)
+        options = FactoryOptions(self.options.raw, ResumePoint(base, key))
+        factory = self.factory or resolve_factory(self.options.publisher)
+        name = ("the factory given to read_stream()" if self.factory
+                else f"the factory of publisher={self.options.publisher!r}")
+        try:
+            publisher = factory(options)
+        except Exception as error:
+            raise RuntimeError(f"reactive source: {name} raised {type(error).__name__}: "
+                               f"{error}; no publisher, so no rows") from error
+        if not callable(getattr(publisher, "subscribe", None)):
+            raise TypeError(f"reactive source: {name} returned {type(publisher).__name__}, "
+                            "not a Publisher (an object with subscribe(subscriber))")
+        buffer = DemandBuffer(self.options.max_records_per_trigger)
+        if self.available_now_left is not None:
+            buffer.limit_demand(self.available_now_left)
+        self.buffer = buffer
+        self._released = 0
+        self.intake = Intake(buffer, self.converter, self.arrow_schema, self.wal, base,
+                             sync_ms=getattr(self.options, 'wal_sync_ms', 50),
+                             sync_rows=getattr(self.options, 'wal_sync_rows', 10000),
+                             publisher=publisher)
+        log.info("reactive source: subscribing to %r from offset %d (%s)", publisher, base,
+                 describe(self.options))
+        self._subscribing_since = time.monotonic()
+        buffer.start(publisher)
+        return buffer, self.intake
+
+    def _check_subscribed(self, buffer: DemandBuffer) -> None:
+        if buffer.subscribed or self._subscribing_since is None:
+            return
+        waited = time.monotonic() - self._subscribing_since
+        if waited * 1000 >= getattr(self.options, 'subscribe_timeout_ms', 30000):
+            raise RuntimeError(
+                f"reactive source: the publisher ({_name(self.options)}) did not call "
+                f"on_subscribe within {waited:.1f} s of subscribe() (subscribeTimeoutMs="
+                f"{getattr(self.options, 'subscribe_timeout_ms', 30000)}); a Publisher must "
+                "call on_subscribe first (§1.9)")
+
+    def reported(self) -> int | None:
+        """How far the publisher has got: the offset after the last element received."""
+        if self.intake is None or self.buffer is None:
+            return self.cursor
+        return self.intake.base + self.buffer.received
 
     def _orphaned(self) -> bool:
         return os.getppid() != self.parent
@@ -483,28 +558,32 @@ class _QueryRun:
 
     def _shutdown(self) -> None:
         buffer, self.buffer = self.buffer, None
-        if buffer is None:
+        intake = self.intake
+        if buffer is None or intake is None:
+            if self.wal is not None:
+                self.wal.unlock()
             return
         buffer.cancel(timeout=1.0)
         left = buffer.drain()
         buffer.close()
-        if left and self.wal is not None and self.cursor is not None:
-            # Rows the publisher signalled that Spark never saw: keep them as the batch
-            # the restarted query will be offered after those it already knows of.
-            position = self.cursor
-            while (stored := self._stored_end(position)) is not None:
-                position = stored
+        intake.stop()
+        if self.wal is not None:
+            # Rows the publisher signalled that Spark never saw: the log keeps them, and
+            # the restarted query is offered them after those it already knows of.
             try:
-                self._store(position, left)
+                intake.sync(left)
             except Exception:
                 log.exception("reactive source: could not keep %d buffered rows", len(left))
             else:
-                log.info("reactive source: kept %d buffered rows in the write-ahead log",
-                         len(left))
-        elif left:
-            log.warning("reactive source: %d buffered rows are lost (no walLocation)", len(left))
-        if self.wal is not None:
+                if left:
+                    log.info("reactive source: kept %d buffered rows in the write-ahead log",
+                             len(left))
             self.wal.unlock()
+        else:
+            lost = len(left) + intake.end - (intake.base + self._released)
+            if lost:
+                log.warning("reactive source: %d buffered rows are lost (no walLocation)",
+                            lost)
 
     def _shutdown_and_exit(self) -> None:
         self._terminating = True
@@ -516,9 +595,12 @@ class _QueryRun:
         os._exit(0)
 
 
+def _name(options: SourceOptions) -> str:
+    return "read_stream()" if options.publisher == SHIPPED_FACTORY else options.publisher
+
+
 def _publisher_failed(options: SourceOptions, error: BaseException) -> BaseException:
-    name = "read_stream()" if options.publisher == SHIPPED_FACTORY else options.publisher
-    failure = RuntimeError(f"reactive source: the publisher ({name}) signalled on_error: "
+    failure = RuntimeError(f"reactive source: the publisher ({_name(options)}) signalled on_error: "
                            f"{type(error).__name__}: {error}")
     failure.__cause__ = error
     return failure

@@ -1,9 +1,14 @@
-"""Write-ahead log of the reactive source: the rows of every micro-batch, durable before
-Spark learns the batch's end offset, so a restarted query replays exactly those rows.
+"""Write-ahead log of the reactive source: the rows the publisher signalled, durable
+within ``walSyncMs`` of their arrival and always before Spark learns a batch's end offset,
+so a restarted query replays exactly those rows.
 
-One Arrow IPC file per batch, named by its offsets (``<start>-<end>.arrow``), written
-under a temporary name and renamed into place. A local directory is also locked by the
-query run that uses it, so a restarted run waits for the stopped one to finish writing.
+The log is a directory of segments, one Arrow IPC file per group commit, named by the
+stream offsets it holds (``<start>-<end>.arrow``), written under a temporary name, synced
+and renamed into place: under its final name a segment is whole. A batch refers to the
+segments its offsets fall in; a commit removes the segments wholly before it. A write cut
+short by a crash leaves only a temporary file, which the next run sets aside under
+``torn/`` with a warning. A local directory is also locked by the query run that uses it,
+so a restarted run waits for the stopped one to finish writing.
 """
 
 from __future__ import annotations
@@ -17,35 +22,56 @@ import re
 import time
 import urllib.parse
 import uuid
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
-__all__ = ["WalEntry", "WalLockTimeout", "WriteAheadLog"]
+from .faults import crash_point
+
+__all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WriteAheadLog"]
 
 log = logging.getLogger(__name__)
 
-_ENTRY = re.compile(r"^(\d{20})-(\d{20})\.arrow$")
+# <start>-<end>[-<crc32 of the file, 8 hex digits>].arrow (logs of 0.1 had no checksum)
+_ENTRY = re.compile(r"^(\d{20})-(\d{20})(?:-([0-9a-f]{8}))?\.arrow$")
 _COMMITTED = "committed"
 _LOCK = ".lock"
+_TORN = "torn"
+_TEMPORARY = ".tmp-"
+# Schema metadata of a segment: the position key of its last element (durability.py).
+KEY_METADATA = b"reactive.position_key"
 
 
 @dataclass(frozen=True, order=True)
 class WalEntry:
-    """Rows for stream offsets ``start`` (inclusive) to ``end`` (exclusive)."""
+    """Rows for stream offsets ``start`` (inclusive) to ``end`` (exclusive); ``crc`` is the
+    CRC-32 of the segment's file, checked when it is read (``None``: not known)."""
 
     start: int
     end: int
+    crc: int | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
-        return f"{self.start:020d}-{self.end:020d}.arrow"
+        checksum = "" if self.crc is None else f"-{self.crc:08x}"
+        return f"{self.start:020d}-{self.end:020d}{checksum}.arrow"
 
 
 class WalLockTimeout(TimeoutError):
     """Another query run still holds the log's lock."""
+
+
+class WalDamaged(RuntimeError):
+    """A segment under its final name that cannot be read."""
+
+    def __init__(self, location: str, entry: WalEntry, cause: BaseException) -> None:
+        self.entry = entry
+        super().__init__(
+            f"the write-ahead log at {location!r} has a damaged segment {entry.name} (offsets "
+            f"[{entry.start}, {entry.end})): {type(cause).__name__}: {cause}")
 
 
 # A URI scheme (RFC 3986): a letter, then letters, digits, "+", "-" or ".", then ":".
@@ -124,22 +150,38 @@ class WriteAheadLog:
         self._write_bytes(probe, b"probe")
         self._fs.delete_file(probe)
 
-    def write(self, entry: WalEntry, batches: list[pa.RecordBatch], schema: pa.Schema) -> None:
-        """Write the rows of ``entry`` durably; an existing entry is replaced whole."""
+    def write(self, entry: WalEntry, batches: list[pa.RecordBatch], schema: pa.Schema,
+              key: str | None = None) -> WalEntry:
+        """Write the rows of ``entry`` durably and return it with its file's checksum.
+
+        ``key`` is the position key of the entry's last element (see :meth:`key`).
+        """
+        if key is not None:
+            schema = schema.with_metadata({**(schema.metadata or {}),
+                                           KEY_METADATA: key.encode()})
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, schema) as writer:
             for batch in batches:
-                writer.write_batch(batch)
-        self._write_bytes(self._path(entry.name), sink.getvalue().to_pybytes())
+                writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+        data = sink.getvalue().to_pybytes()
+        written = WalEntry(entry.start, entry.end, zlib.crc32(data))
+        self._write_bytes(self._path(written.name), data)
+        return written
 
     def _write_bytes(self, path: str, data: bytes) -> None:
-        temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+        temporary = f"{path}{_TEMPORARY}{uuid.uuid4().hex}"
         if self._local is not None:
             # fsync the file and then the directory: after a crash the entry is either
             # whole under its final name or absent.
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(temporary, "wb") as handle:
-                handle.write(data)
+                if len(data) > 1:
+                    handle.write(data[:len(data) // 2])
+                    handle.flush()
+                    crash_point("wal-write")  # a crash trial may kill us here: a torn file
+                    handle.write(data[len(data) // 2:])
+                else:
+                    handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, path)
@@ -162,13 +204,70 @@ class WriteAheadLog:
         for info in self._fs.get_file_info(selector):
             match = _ENTRY.match(info.base_name)
             if match:
-                found.append(WalEntry(int(match.group(1)), int(match.group(2))))
+                crc = None if match.group(3) is None else int(match.group(3), 16)
+                found.append(WalEntry(int(match.group(1)), int(match.group(2)), crc))
         return sorted(found)
 
     def read(self, entry: WalEntry) -> pa.Table:
-        """The rows of ``entry``."""
+        """The rows of ``entry``.
+
+        Raises
+        ------
+        WalDamaged
+            When the segment cannot be read, or holds another number of rows than its
+            name says.
+        """
         with self._fs.open_input_file(self._path(entry.name)) as source:
-            return ipc.open_file(source).read_all()
+            data = source.read()
+        if entry.crc is not None and zlib.crc32(data) != entry.crc:
+            raise WalDamaged(self.location, entry, ValueError(
+                f"its checksum is {zlib.crc32(data):08x}, not {entry.crc:08x}"))
+        try:
+            table = ipc.open_file(pa.py_buffer(data)).read_all()
+        except (pa.ArrowInvalid, OSError) as error:
+            raise WalDamaged(self.location, entry, error) from error
+        if table.num_rows != entry.end - entry.start:
+            raise WalDamaged(self.location, entry, ValueError(
+                f"it holds {table.num_rows} rows, not {entry.end - entry.start}"))
+        return table.replace_schema_metadata(None)
+
+    def key(self, entry: WalEntry) -> str | None:
+        """The position key kept with the last element of ``entry`` (None: none)."""
+        try:
+            with self._fs.open_input_file(self._path(entry.name)) as source:
+                metadata = ipc.open_file(source).schema.metadata or {}
+        except (pa.ArrowInvalid, OSError) as error:
+            raise WalDamaged(self.location, entry, error) from error
+        value = metadata.get(KEY_METADATA)
+        return None if value is None else value.decode()
+
+    def check(self, entry: WalEntry) -> None:
+        """Raise :class:`WalDamaged` unless ``entry`` reads whole."""
+        self.read(entry)
+
+    def set_aside(self, name: str) -> str:
+        """Move the file ``name`` into ``torn/``, where nothing reads it; return its path."""
+        target = self._path(f"{_TORN}/{name}")
+        self._fs.create_dir(self._path(_TORN), recursive=True)
+        self._fs.move(self._path(name), target)
+        return target
+
+    def set_aside_torn(self) -> list[str]:
+        """Set aside the temporary files of writes a crash cut short; return their paths.
+
+        A segment is renamed into place only once it is whole and synced, so a temporary
+        file holds rows that Spark was never told about.
+        """
+        selector = pafs.FileSelector(self._root, allow_not_found=True)
+        moved = []
+        for info in self._fs.get_file_info(selector):
+            if _TEMPORARY in info.base_name and info.type == pafs.FileType.File:
+                moved.append(self.set_aside(info.base_name))
+        if moved:
+            log.warning("the write-ahead log at %s had %d writes a crash cut short (rows "
+                        "Spark was never told about); set aside: %s", self.location,
+                        len(moved), ", ".join(moved))
+        return moved
 
     def committed(self) -> int | None:
         """The end offset last passed to :meth:`commit`, or ``None``."""

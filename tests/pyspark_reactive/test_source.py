@@ -231,7 +231,7 @@ def test_available_now_runs_in_a_row_end_on_an_endless_queue_and_lose_nothing(
 
 
 _SIGTERM_DURING_STOP = """
-import os, signal, sys
+import os, signal, sys, threading
 from pyspark.sql.types import LongType, StructField, StructType
 from pyspark_reactive.options import parse_source_options
 from pyspark_reactive.source import ReactiveStreamReader
@@ -243,10 +243,14 @@ schema = StructType([StructField("value", LongType())])
 reader = ReactiveStreamReader(options, schema, None)
 reader.initialOffset()
 assert reader.latestOffset({"offset": 0}, None) == {"offset": 100}
+assert reader._run.buffer.wait(100, timeout=10)  # the refill has arrived: 100 rows held
 write = WriteAheadLog.write
 
 def sigterm_then_write(self, *args):
-    os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, before write
+    # The log's own thread writes too (group commits): only stop()'s write, on the main
+    # thread, is the one under test.
+    if threading.current_thread() is threading.main_thread():
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, before write
     write(self, *args)
 
 WriteAheadLog.write = sigterm_then_write
