@@ -49,7 +49,7 @@ SHIPPED_FACTORY = "<factory shipped with the data source>"
 
 # Every option the source itself reads. Any other option is passed on to the publisher's
 # factory, so it is not an error; one whose name is close to these is warned about.
-SOURCE_OPTIONS = ("publisher", "maxRecordsPerTrigger", "fillWaitMs", "numPartitions",
+SOURCE_OPTIONS = ("publisher", "schema", "maxRecordsPerTrigger", "fillWaitMs", "numPartitions",
                   "availableNowMaxRecords", "walLocation", "walSyncMs", "walSyncRows",
                   "subscribeTimeoutMs")
 # Counts are longs on the JVM side (ReadMaxRows, offsets); durations in milliseconds are
@@ -131,6 +131,11 @@ class SourceOptions:
         With a write-ahead log, a sync starts as soon as this many elements wait.
     subscribe_timeout_ms : int
         How long the source waits for the publisher's ``on_subscribe`` before failing.
+    schema : str or None
+        The rows' schema as a DDL string (``"id BIGINT, name STRING"``), given as an
+        option rather than with ``.schema(...)``: Spark then creates the source when the
+        DataFrame is made, so every option is checked by ``load()``. ``None`` when not
+        given. Spark parses it, and ``.schema(...)`` takes precedence.
     raw : dict of str to str
         Every option as given (with its original name), passed to the factory.
     """
@@ -145,6 +150,7 @@ class SourceOptions:
     wal_sync_ms: int = DEFAULT_WAL_SYNC_MS
     wal_sync_rows: int = DEFAULT_WAL_SYNC_ROWS
     subscribe_timeout_ms: int = DEFAULT_SUBSCRIBE_TIMEOUT_MS
+    schema: str | None = None
 
 
 def parse_source_options(options: Mapping[str, str], *,
@@ -224,6 +230,10 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
     wal_sync_rows = _int_option(lower, "walSyncRows", DEFAULT_WAL_SYNC_ROWS, 1)
     subscribe_timeout = _int_option(lower, "subscribeTimeoutMs", DEFAULT_SUBSCRIBE_TIMEOUT_MS,
                                     1, MAX_MILLISECONDS)
+    schema = lower.get("schema")
+    if schema is not None and not schema.strip():
+        raise OptionError("schema", schema, "a DDL string such as 'id BIGINT, name STRING' "
+                          f"(or no schema option); it is {'empty' if not schema else 'blank'}")
     wal = lower.get("wallocation")
     if wal is not None and not wal.strip():
         raise OptionError("walLocation", wal, "a local path or a filesystem URI pyarrow "
@@ -236,7 +246,8 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
                          fill_wait_ms=fill_wait, wal_location=wal.strip() if wal else None,
                          num_partitions=partitions, available_now_max_records=available_now,
                          raw=raw, wal_sync_ms=wal_sync_ms, wal_sync_rows=wal_sync_rows,
-                         subscribe_timeout_ms=subscribe_timeout)
+                         subscribe_timeout_ms=subscribe_timeout,
+                         schema=schema.strip() if schema else None)
 
 
 _KNOWN_LOWER = {name.lower(): name for name in SOURCE_OPTIONS}

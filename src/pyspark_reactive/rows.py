@@ -67,6 +67,11 @@ _CONTAINERS = (dict, list, tuple, set, frozenset)
 # Not text: Spark would store "b'...'" in a STRING column; which encoding is meant is
 # the publisher's to say.
 _NOT_TEXT = (bytes, bytearray, memoryview)
+# Integer columns: their width in bits, and what they refuse though pyarrow would
+# truncate it.
+_INTEGRAL_BITS: list[tuple[type[DataType], int]] = [
+    (ByteType, 8), (ShortType, 16), (IntegerType, 32), (LongType, 64)]
+_FRACTIONAL = (float, decimal.Decimal)
 # What the columns whose values go to pyarrow unconverted take, for messages.
 _TAKES: list[tuple[tuple[type[DataType], ...], str]] = [
     ((ByteType, ShortType, IntegerType, LongType), "an int"),
@@ -177,8 +182,13 @@ class _Column:
         self.pyarrow_only = direct or bool(self.native)
         self.flat = not isinstance(data_type, _NESTED)
         self.text = isinstance(data_type, StringType)
+        bits = next((b for kind, b in _INTEGRAL_BITS if isinstance(data_type, kind)), None)
+        self.bounds = None if bits is None else (-2**(bits - 1), 2**(bits - 1) - 1)
 
-    def array(self, values: Sequence[Any]) -> pa.Array:
+    def array(self, values: Sequence[Any], types: set[type] | None = None) -> pa.Array:
+        """``values`` as an Arrow array; ``types``, when known, are their types."""
+        if self.bounds is not None:
+            self._refuse_fractions(values, types)
         if self.convert_value is not None and not (
                 self.native and set(map(type, values)) <= self.native):
             convert = self.convert_value
@@ -187,6 +197,18 @@ class _Column:
             return pa.array([None if v is None else convert(v) for v in values],
                             type=self.arrow_type)
         return pa.array(values, type=self.arrow_type)
+
+    def _refuse_fractions(self, values: Sequence[Any], types: set[type] | None) -> None:
+        # pyarrow (26) truncates 5.5 to 5 in an integer column, as does Spark's own
+        # conversion, which hands such values to pyarrow: a value silently changed is
+        # refused instead, like Spark's createDataFrame refuses a float for an int column.
+        if types is None:
+            types = set(map(type, values))
+        if any(issubclass(kind, _FRACTIONAL) for kind in types):
+            value = next(v for v in values if isinstance(v, _FRACTIONAL))
+            raise _Refused(f"{self.type_name} takes an int, and a {type(value).__name__} is "
+                           "not one (it would be truncated): convert it with int() or round() "
+                           "first, or declare the column DOUBLE or DECIMAL")
 
     def _refuse_non_text(self, values: Sequence[Any]) -> None:
         for value in values:
@@ -232,6 +254,13 @@ class _Column:
             bad = error.object[error.start:error.end]
             return (f"not valid text: {bad!r} at position {error.start} cannot be encoded "
                     f"as UTF-8 ({error.reason}); a string must hold only encodable characters")
+        for kind, accepted, needed in _NEEDS:
+            if isinstance(self.data_type, kind) and not isinstance(value, accepted):
+                return f"{self.type_name} needs {needed}"
+        if self.bounds and isinstance(value, int) and not isinstance(value, bool):
+            low, high = self.bounds
+            if not low <= value <= high:
+                return f"{self.type_name} takes an int from {low} to {high}"
         # pyarrow's messages repeat the value: keep the first line, shortened.
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
         if len(text) > 2 * _SHOWN:
@@ -241,9 +270,6 @@ class _Column:
             return f"{text}; {self.type_name} takes {takes}"
         if text:
             return text
-        for kind, accepted, needed in _NEEDS:
-            if isinstance(self.data_type, kind) and not isinstance(value, accepted):
-                return f"{self.type_name} needs {needed}"
         if isinstance(self.data_type, TimestampNTZType):
             return f"{self.type_name} needs a naive datetime, without tzinfo"
         return f"Spark's conversion to {self.type_name} rejects it ({type(error).__name__})"
@@ -325,9 +351,12 @@ class RowConverter:
             return batch, None
         columns, error = self._columns(elements, first_offset, kinds)
         count = len(columns[0]) if columns else 0
+        # With one column of scalars (or of nested values), the elements are its values.
+        types = kinds if self.whole_element or (self.single and not any(
+            issubclass(kind, (tuple, list, dict)) for kind in kinds)) else None
         try:
-            arrays = [column.array(values) for column, values in zip(self.columns, columns,
-                                                                         strict=True)]
+            arrays = [column.array(values, types) for column, values in zip(
+                self.columns, columns, strict=True)]
         except Exception:
             arrays = None
         if arrays is None or not self._nulls_fit(arrays):
@@ -370,7 +399,12 @@ class RowConverter:
         else:
             return None
         for column, values in zip(self.columns, value_lists, strict=True):
-            if column.native and not set(map(type, values)) <= column.native:
+            if not column.native and column.bounds is None:
+                continue
+            types = set(map(type, values))
+            if column.native and not types <= column.native:
+                return None
+            if column.bounds is not None and any(issubclass(t, _FRACTIONAL) for t in types):
                 return None
         try:
             arrays = pa.array(elements, type=self.struct_type).flatten()
