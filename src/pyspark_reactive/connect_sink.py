@@ -273,9 +273,15 @@ class ConnectPump:
             self.deliver(batch_id, self._fetch(view))
         except Exception as error:
             # Named first, then the view dropped: the server reads the reason only once
-            # the view is gone, so it never misses it.
-            _put_value(self.spark, _abort_view(self.token, batch_id), str(error))
-            log.info("ForeachBatchPublisher: batch %d abandoned: %s", batch_id, error)
+            # the view is gone, so it never misses it. The publisher's own errors say
+            # which batch and why (a stop in the words Spark takes for a stop); any other
+            # (the batch's computation failed: a UDF raised) is named as the cause.
+            reason = str(error)
+            if not reason.startswith("ForeachBatchPublisher: "):
+                reason = (f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
+                          f"fetching it failed: {type(error).__name__}: {reason.strip()}")
+            _put_value(self.spark, _abort_view(self.token, batch_id), reason)
+            log.info("ForeachBatchPublisher: batch %d abandoned: %s", batch_id, reason)
         _drop(self.spark, view)
 
     def _fetch(self, view: str) -> Iterator[pa.RecordBatch]:

@@ -33,6 +33,7 @@ log = logging.getLogger("pyspark_reactive.sink")
 
 ELEMENT_TYPES = ("row", "dict", "tuple", "arrow")
 WHEN_UNSUBSCRIBED = ("wait", "stop")
+WHEN_STALLED = ("fail", "cancel")
 # Spark Connect transport (connect_sink.py): the client's heartbeat, and the smallest
 # client_timeout that leaves room for several of them.
 HEARTBEAT_S = 2.0
@@ -78,12 +79,22 @@ class _Mailbox(Source[Any]):
     publisher's lock.
     """
 
-    def __init__(self, publisher: ForeachBatchPublisher, runner: ThreadRunner) -> None:
+    def __init__(self, publisher: ForeachBatchPublisher, runner: ThreadRunner,
+                 subscriber: Subscriber[Any]) -> None:
         self.publisher = publisher
         self.runner = runner
+        self.subscriber: Subscriber[Any] | None = subscriber  # named in a stall's error
         self.chunk: Sequence[Any] = ()
+        self.batch_id: int | None = None  # of the chunk
         self.taken = 0
         self.closed = False
+        # This subscription's own end, before the stream's: a demand_timeout's error.
+        self.failure: BaseException | None = None
+        # For demand_timeout: pulls that took rows, as last seen by the batch's thread,
+        # and since when it has seen rows waiting with no demand and no pull.
+        self.pulls = 0
+        self.pulls_seen = 0
+        self.stalled_since: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -96,9 +107,16 @@ class _Mailbox(Source[Any]):
             high = min(len(self.chunk), low + n)
             elements = self.chunk[low:high]
             self.taken = high
+            if elements:
+                self.pulls += 1
+                # On the subscription's thread, just before their on_next: what
+                # publisher.batch_id answers there (see ForeachBatchPublisher.batch_id).
+                self.publisher._delivering.batch_id = self.batch_id
             if self.chunk and high >= len(self.chunk):
                 self.chunk, self.taken = (), 0
                 changed.notify_all()
+            if self.failure is not None:
+                return elements, self.failure
             return elements, (self.publisher._terminal if self.empty else None)
 
     def close(self) -> None:
@@ -106,6 +124,7 @@ class _Mailbox(Source[Any]):
         with self.publisher._changed:
             self.closed = True
             self.chunk, self.taken = (), 0
+            self.subscriber = None  # §3.13
             self.publisher._changed.notify_all()
         self.runner.release()
 
@@ -147,25 +166,54 @@ class ForeachBatchPublisher(Publisher[Any]):
         subscriber has cancelled: the batch under way fails, so the query terminates
         with an exception saying why, and that batch is not committed (a restart with
         the same checkpoint delivers it again).
+    demand_timeout : float, optional
+        Bounds the wait for a subscriber that stops requesting: once rows of the batch
+        have waited this many seconds for a subscriber that has received all it
+        requested and requests no more, ``when_stalled`` applies (checked about every
+        0.1 s). ``None`` (default) waits as long as the subscriber takes: a slow
+        subscriber is backpressure, not a fault, and waiting loses nothing
+        (``query.stop()`` still ends the query at once). A subscriber busy in ``on_next``
+        with rows it requested is not stalled, however long it takes.
+    when_stalled : {"fail", "cancel"}
+        What a ``demand_timeout`` does. ``"fail"`` (default) fails the batch, so the
+        query terminates with an exception naming the subscriber and the timeout, every
+        subscriber gets ``on_error`` with it, and the batch is not committed (a restart
+        delivers it again): nothing is lost. ``"cancel"`` cancels that subscription
+        alone: its subscriber gets ``on_error`` with a ``TimeoutError`` naming the
+        timeout, and the others go on with the batch (that subscriber misses the rest of
+        the stream).
 
     Raises
     ------
     ValueError
-        For an ``element``, ``chunk_rows`` or ``when_unsubscribed`` not accepted.
+        For an ``element``, ``chunk_rows``, ``when_unsubscribed``, ``demand_timeout`` or
+        ``when_stalled`` not accepted.
     RuntimeError
         From the batch function, so that Spark does not commit the batch: when the query
         is stopping (Spark takes it for part of the stop), and, failing the query with a
         message that says why, when the stream was ended by :meth:`complete` or
-        :meth:`fail`, with ``when_unsubscribed="stop"``, or in a query run other than the
-        one the publisher serves.
+        :meth:`fail`, with ``when_unsubscribed="stop"``, after a ``demand_timeout`` with
+        ``when_stalled="fail"``, or in a query run other than the one the publisher
+        serves.
 
     Notes
     -----
-    ``foreachBatch`` is at-least-once per batch: after a failure or a stop, a restarted
-    query with the same checkpoint runs the batches it had not committed again, so a
-    subscriber may see their rows twice. :attr:`batch_id` (the id of the batch being
-    delivered, readable from ``on_next``) lets it drop them: batch ids only grow within
-    one run of a query, and a batch seen again has an id seen before.
+    A query that fails, in a batch (a UDF that raises on a row, a lost fetch) or
+    anywhere else, ends the stream: every subscriber gets ``on_error`` with the query's
+    exception, which carries the cause, after the rows of the failed batch it had
+    already received (at most 64 more once the failure is known).
+
+    ``foreachBatch`` is at-least-once per batch. Spark commits a batch only once the batch
+    function has returned, that is once every subscriber has taken all of it; a batch
+    that fails or is stopped part way is not committed. A restart from the same
+    checkpoint (with a new publisher) first runs that batch again, with the same batch id
+    and, for a deterministic query over a replayable source, the same rows in the same
+    order, and delivers it whole. So the only rows a subscriber can see twice are those of
+    the last batch the previous run delivered rows of, which a subscriber of that run may
+    have received in part. To drop them, keep with your output the last batch id and
+    the count of its rows handled (:attr:`batch_id`, read in ``on_next``, is the batch of
+    that very element), and in the new run skip that many rows of that batch id; where
+    the order within a batch is not deterministic (a shuffle), drop by a key of the row.
 
     Examples
     --------
@@ -175,7 +223,8 @@ class ForeachBatchPublisher(Publisher[Any]):
     """
 
     def __init__(self, element: str = "row", chunk_rows: int = 1024,
-                 when_unsubscribed: str = "wait") -> None:
+                 when_unsubscribed: str = "wait", demand_timeout: float | None = None,
+                 when_stalled: str = "fail") -> None:
         if element not in ELEMENT_TYPES:
             raise ValueError(f"ForeachBatchPublisher: element={element!r} is not accepted: "
                              f"one of {', '.join(ELEMENT_TYPES)}")
@@ -185,11 +234,23 @@ class ForeachBatchPublisher(Publisher[Any]):
         if when_unsubscribed not in WHEN_UNSUBSCRIBED:
             raise ValueError(f"ForeachBatchPublisher: when_unsubscribed={when_unsubscribed!r} "
                              f"is not accepted: one of {', '.join(WHEN_UNSUBSCRIBED)}")
+        if not (demand_timeout is None or (
+                isinstance(demand_timeout, (int, float)) and not isinstance(demand_timeout, bool)
+                and 0 < demand_timeout < float("inf"))):
+            raise ValueError(f"ForeachBatchPublisher: demand_timeout={demand_timeout!r} is not "
+                             "accepted: None (wait as long as the subscriber takes) or a "
+                             "positive number of seconds")
+        if when_stalled not in WHEN_STALLED:
+            raise ValueError(f"ForeachBatchPublisher: when_stalled={when_stalled!r} is not "
+                             f"accepted: one of {', '.join(WHEN_STALLED)}")
         self.element = element
         self.chunk_rows = chunk_rows
         self.when_unsubscribed = when_unsubscribed
+        self.demand_timeout = None if demand_timeout is None else float(demand_timeout)
+        self.when_stalled = when_stalled
         self.query: Any = None
-        self.batch_id: int | None = None
+        self._batch_id: int | None = None
+        self._delivering = threading.local()  # per subscription thread: see batch_id
         self.rows_delivered = 0
         self._changed = threading.Condition()
         self._outlets: list[tuple[Emitter[Any], _Mailbox]] = []
@@ -212,7 +273,7 @@ class ForeachBatchPublisher(Publisher[Any]):
         require_not_none(subscriber, "the subscriber", "§1.9")
         # The subscription's own thread, released when it ends (cancel or terminal signal).
         runner = ThreadRunner(max_workers=1, name="reactive-sink-subscription")
-        mailbox = _Mailbox(self, runner)
+        mailbox = _Mailbox(self, runner, subscriber)
         emitter: Emitter[Any] = Emitter(subscriber, mailbox, dispatch=runner.acquire(),
                                         chunk=_STEP)
         with self._changed:
@@ -223,6 +284,18 @@ class ForeachBatchPublisher(Publisher[Any]):
         # §1.9: on_subscribe is the emitter's first signal, even if a batch has already
         # offered rows; after the end, the terminal signal follows it.
         emitter.start()
+
+    @property
+    def batch_id(self) -> int | None:
+        """The id of the micro-batch being delivered (``None`` before the first).
+
+        Read in ``on_next``, it is the batch of the element being signalled, even when
+        the query has moved on to the next batch while that subscriber still works
+        through the last rows it took of this one. Read anywhere else, it is the batch
+        the query is delivering now.
+        """
+        seen: int | None = getattr(self._delivering, "batch_id", None)
+        return self._batch_id if seen is None else seen
 
     @property
     def subscribers(self) -> int:
@@ -340,7 +413,7 @@ class ForeachBatchPublisher(Publisher[Any]):
         # Raising keeps Spark from committing a batch that was not delivered.
         try:
             admit()
-            self.batch_id = batch_id
+            self._batch_id = batch_id
             for chunk in chunks():
                 self._offer(chunk)
         except _QueryStopping:
@@ -375,6 +448,8 @@ class ForeachBatchPublisher(Publisher[Any]):
                 if outlets:
                     for _, mailbox in outlets:
                         mailbox.chunk, mailbox.taken = chunk, 0
+                        mailbox.batch_id = self._batch_id
+                        mailbox.stalled_since = None
                     break
                 if self.when_unsubscribed == "stop" and self._had_subscriber:
                     self._stop_query("its last subscriber cancelled")  # raises
@@ -384,13 +459,17 @@ class ForeachBatchPublisher(Publisher[Any]):
         for emitter, _ in outlets:
             emitter.signal()
         try:
-            with self._changed:
-                while True:
+            while True:
+                with self._changed:
                     self._check_stream()
                     if all(mailbox.closed or mailbox.empty for _, mailbox in outlets):
+                        delivered = any(not mailbox.closed for _, mailbox in outlets)
                         break
-                    self._changed.wait(_POLL_S)
-                delivered = any(not mailbox.closed for _, mailbox in outlets)
+                    cancelled = self._stalled(outlets)  # raises when they fail the batch
+                    if not cancelled:
+                        self._changed.wait(_POLL_S)
+                for emitter in cancelled:
+                    emitter.signal()  # its on_error
         except _DeliveryAborted:
             with self._changed:
                 for _, mailbox in outlets:
@@ -403,6 +482,48 @@ class ForeachBatchPublisher(Publisher[Any]):
                 else len(chunk)
         else:
             self._offer(chunk)  # everyone cancelled mid-chunk: the next subscriber gets it
+
+    def _stalled(self, outlets: list[tuple[Emitter[Any], _Mailbox]]) -> list[Emitter[Any]]:
+        """Apply ``demand_timeout`` to the subscribers that rows on offer wait for.
+
+        A subscriber is stalled while it has rows on offer, no demand outstanding and has
+        taken none since the last look; it has timed out once that has lasted
+        ``demand_timeout`` seconds. With ``when_stalled="fail"`` this raises
+        :class:`_DeliveryAborted`; with ``"cancel"`` it ends those subscriptions with an
+        error and returns their emitters, to be signalled. Called holding the lock.
+        """
+        timeout = self.demand_timeout
+        if timeout is None:
+            return []
+        now = time.monotonic()
+        timed_out = []
+        for emitter, mailbox in outlets:
+            moved = mailbox.pulls != mailbox.pulls_seen
+            mailbox.pulls_seen = mailbox.pulls
+            if mailbox.closed or mailbox.empty or moved or emitter.demand > 0:
+                mailbox.stalled_since = None
+            elif mailbox.stalled_since is None:
+                mailbox.stalled_since = now
+            elif now - mailbox.stalled_since >= timeout:
+                timed_out.append((emitter, mailbox))
+        if not timed_out:
+            return []
+        what = (f"requested no row for demand_timeout={timeout:g} s while rows of batch "
+                f"{self._batch_id} waited for it")
+        if self.when_stalled == "fail":
+            names = ", ".join(repr(mailbox.subscriber) for _, mailbox in timed_out)
+            raise _DeliveryAborted(f"the subscriber {names} {what} (when_stalled='fail')")
+        for _, mailbox in timed_out:
+            log.warning("ForeachBatchPublisher: cancelling %r: it %s (when_stalled='cancel')",
+                        mailbox.subscriber, what)
+            mailbox.failure = TimeoutError(
+                f"ForeachBatchPublisher: this subscriber {what}, so its subscription is "
+                "cancelled (when_stalled='cancel'); the other subscribers go on")
+            # Withdrawn, and gone for the batch: the others need not wait for it.
+            mailbox.chunk, mailbox.taken = (), 0
+            mailbox.closed = True
+        self._changed.notify_all()
+        return [emitter for emitter, _ in timed_out]
 
     def _find_query(self, batch: DataFrame) -> None:
         # Given to foreachBatch directly: the query calling us is named by a property of
@@ -535,7 +656,8 @@ def _refuse_connect(df: Any) -> None:
 
 
 def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
-            when_unsubscribed: str = "wait", trigger: dict[str, Any] | None = None,
+            when_unsubscribed: str = "wait", demand_timeout: float | None = None,
+            when_stalled: str = "fail", trigger: dict[str, Any] | None = None,
             client_timeout: float = 120.0, **options: Any) -> ForeachBatchPublisher:
     """Start a streaming query whose output is a Publisher.
 
@@ -543,7 +665,7 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
     ----------
     df : DataFrame
         A streaming DataFrame.
-    element, chunk_rows, when_unsubscribed
+    element, chunk_rows, when_unsubscribed, demand_timeout, when_stalled
         As for :class:`ForeachBatchPublisher`.
     trigger : dict, optional
         Given to ``writeStream.trigger(**trigger)``, e.g. ``{"availableNow": True}``.
@@ -574,7 +696,8 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
     subscribers here have taken it. Nothing connects from the server to this process.
     """
     publisher = ForeachBatchPublisher(element=element, chunk_rows=chunk_rows,
-                                      when_unsubscribed=when_unsubscribed)
+                                      when_unsubscribed=when_unsubscribed,
+                                      demand_timeout=demand_timeout, when_stalled=when_stalled)
     if (not isinstance(client_timeout, (int, float)) or isinstance(client_timeout, bool)
             or not client_timeout >= MIN_CLIENT_TIMEOUT_S):
         raise ValueError(f"publish: client_timeout={client_timeout!r} is not accepted: a "

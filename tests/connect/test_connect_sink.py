@@ -1,8 +1,10 @@
 """``publish(df)`` from a Spark Connect client: the batch function runs on the server and
-the client's subscribers get every row against their demand, with the classic contract."""
+the client's subscribers get every row against their demand, with the classic contract,
+faults included (a stalled subscriber, a query failing mid-batch, a restart)."""
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,14 @@ import pytest
 from pyspark.sql import SparkSession
 from spark_publishers import Recording
 from test_sink import Checked
+from test_sink_faults import (
+    ROWS,
+    Stalls,
+    Stamps,
+    failed_at_250,
+    failed_by_a_stall,
+    numbers,
+)
 
 from pyspark_reactive import ForeachBatchPublisher, publish
 
@@ -133,3 +143,58 @@ def test_a_publisher_given_to_foreach_batch_directly_says_to_use_publish(
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     with pytest.raises(Exception, match=r"Use publish\(df, \.\.\.\)"):
         query.awaitTermination(120)
+
+
+# -- faults: a stalled subscriber, a query failing mid-batch, a restart ------------------
+
+
+def test_demand_timeout_fail_fails_the_query_naming_the_subscriber(spark: SparkSession,
+                                                                   tmp_path: Path) -> None:
+    subscriber = failed_by_a_stall(spark, tmp_path / "checkpoint")
+    assert len(subscriber.elements) == 10
+
+
+def test_demand_timeout_cancel_ends_only_that_subscriber(spark: SparkSession,
+                                                         tmp_path: Path) -> None:
+    publisher = publish(numbers(spark), element="tuple", demand_timeout=0.5,
+                        when_stalled="cancel", checkpointLocation=tmp_path / "checkpoint")
+    staller, reader = Stalls(10), Checked(50)
+    publisher.subscribe(staller)
+    publisher.subscribe(reader)
+    assert staller.done.wait(120) and isinstance(staller.error, TimeoutError), staller.error
+    assert "demand_timeout=0.5 s" in str(staller.error)
+    reader.wait_for(3 * ROWS)
+    assert reader.error is None and reader.violations == []
+    assert sorted(v for (v,) in reader.elements[:3 * ROWS]) == list(range(3 * ROWS))
+    assert publisher.query.isActive
+    publisher.query.stop()
+    assert reader.done.wait(60) and reader.completed
+
+
+def test_a_udf_failing_mid_batch_reaches_every_subscriber(spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    _, subscribers = failed_at_250(spark, tmp_path)
+    for subscriber in subscribers:
+        assert re.search(r"batch 2 was not delivered: fetching it failed: .*bad row 250",
+                         str(subscriber.error), re.DOTALL), subscriber.error
+        # Batches 0 and 1 whole. Batch 2 is computed whole on the server before its
+        # first row is fetched, so its failure comes before any of its rows.
+        assert sorted(v for (v,) in subscriber.elements) == list(range(2 * ROWS))
+
+
+def test_a_restart_redelivers_the_failed_batch_under_the_same_id(spark: SparkSession,
+                                                                 tmp_path: Path) -> None:
+    # Failed part way by a stalled subscriber (demand_timeout), batch 0 is delivered
+    # again, whole and in the same order, to the subscriber of the restarted query.
+    checkpoint = tmp_path / "checkpoint"
+    before = failed_by_a_stall(spark, checkpoint)
+    second = publish(numbers(spark), element="tuple", checkpointLocation=checkpoint)
+    after = Stamps(64)
+    after.publisher = second
+    second.subscribe(after)
+    after.wait_for(2 * ROWS)
+    second.query.stop()
+    stamped = [(b, v) for b, (v,) in zip(after.batch_ids, after.elements, strict=True)]
+    assert [b for b, _ in stamped[:2 * ROWS]] == [0] * ROWS + [1] * ROWS
+    assert sorted(v for _, v in stamped[:ROWS]) == list(range(ROWS))
+    assert after.elements[:10] == before.elements
