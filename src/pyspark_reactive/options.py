@@ -35,7 +35,7 @@ __all__ = [
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 10_000
 DEFAULT_FILL_WAIT_MS = 100
 DEFAULT_WAL_SYNC_MS = 50
-DEFAULT_WAL_SYNC_ROWS = 10_000
+DEFAULT_WAL_SYNC_ROWS = 100_000
 DEFAULT_SUBSCRIBE_TIMEOUT_MS = 30_000
 # availableNowMaxRecords defaults to this many full micro-batches, so a scheduled
 # availableNow run over an endless publisher lasts about as many batches whatever their size.

@@ -505,8 +505,8 @@ class _QueryRun:
         self.buffer = buffer
         self._released = 0
         self.intake = Intake(buffer, self.converter, self.arrow_schema, self.wal, base,
-                             sync_ms=getattr(self.options, 'wal_sync_ms', 50),
-                             sync_rows=getattr(self.options, 'wal_sync_rows', 10000),
+                             sync_ms=self.options.wal_sync_ms,
+                             sync_rows=self.options.wal_sync_rows,
                              publisher=publisher)
         log.info("reactive source: subscribing to %r from offset %d (%s)", publisher, base,
                  describe(self.options))
@@ -518,11 +518,11 @@ class _QueryRun:
         if buffer.subscribed or self._subscribing_since is None:
             return
         waited = time.monotonic() - self._subscribing_since
-        if waited * 1000 >= getattr(self.options, 'subscribe_timeout_ms', 30000):
+        if waited * 1000 >= self.options.subscribe_timeout_ms:
             raise RuntimeError(
                 f"reactive source: the publisher ({_name(self.options)}) did not call "
                 f"on_subscribe within {waited:.1f} s of subscribe() (subscribeTimeoutMs="
-                f"{getattr(self.options, 'subscribe_timeout_ms', 30000)}); a Publisher must "
+                f"{self.options.subscribe_timeout_ms}); a Publisher must "
                 "call on_subscribe first (§1.9)")
 
     def reported(self) -> int | None:

@@ -8,6 +8,7 @@ same through whole Spark queries.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -83,8 +84,8 @@ def test_rows_reach_the_log_as_they_arrive_each_once(readers: Any, tmp_path: Pat
     assert reader.latestOffset({"offset": 0}, None) == {"offset": 1000}
     assert _wait_for(lambda: sum(e - s for s, e, _ in _logged(wal)) >= 2000), _logged(wal)
     segments = _logged(wal)
-    assert [s for s, _, _ in segments][0] == 0
-    for (_, end, _), (start, _, _) in zip(segments, segments[1:]):
+    assert segments[0][0] == 0
+    for (_, end, _), (start, _, _) in itertools.pairwise(segments):
         assert start == end, f"segments must be contiguous and not overlap: {segments}"
     assert [v for _, _, values in segments for v in values] == list(range(2000))
     # The second batch refers to the segments already written: nothing is written again.
