@@ -403,7 +403,7 @@ def _run(spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery
     """Run ``factory``'s publisher into a memory table: its name and the query's error."""
     df = read_stream(spark, factory, schema=schema, **options)
     query, name = to_memory(df, queries, tmp_path)
-    return name, watch.wait_terminated(query, timeout=120)
+    return name, watch.wait_terminated(query, timeout=60)
 
 
 def test_a_nested_value_for_a_string_column_fails_the_query_after_the_rows_before(
@@ -451,6 +451,38 @@ def test_a_none_element_fails_the_query_after_the_rows_before(
                        maxRecordsPerTrigger=4)
     assert error is not None and "§2.13" in error, error
     assert sorted(r.value for r in spark.table(name).collect()) == list(range(9))
+
+
+def test_a_publisher_that_signals_none_itself_fails_the_query_after_the_rows_before(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # A hand-written publisher calling on_next(None): the source raises TypeError to it
+    # (§2.13) and must end the stream there too, or the query would wait for ever.
+    def factory(options: Any) -> Any:
+        class Signals:
+            def __init__(self, subscriber: Any) -> None:
+                self.subscriber = subscriber
+                self.sent = False
+
+            def request(self, n: int) -> None:
+                if not self.sent:
+                    self.sent = True
+                    for element in [0, 1, 2, 3, 4, 5, None, 7]:
+                        self.subscriber.on_next(element)
+
+            def cancel(self) -> None:
+                pass
+
+        class HandWritten:
+            def subscribe(self, subscriber: Any) -> None:
+                subscriber.on_subscribe(Signals(subscriber))
+
+        return HandWritten()
+
+    name, error = _run(spark, watch, queries, tmp_path, factory, "value BIGINT",
+                       maxRecordsPerTrigger=10)
+    assert error is not None and "§2.13" in error, error
+    assert sorted(r.value for r in spark.table(name).collect()) == list(range(6))
 
 
 def test_an_element_larger_than_a_partition_travels_whole_and_loses_nothing(
