@@ -125,9 +125,11 @@ def sample_processes(driver_pid: int, jvm_pid: int) -> list[dict[str, Any]]:
             jvm_cmdline = cmdline
         elif cmdline == jvm_cmdline or "jspawnhelper" in "".join(cmdline[:1]):
             continue  # the JVM starting a process: a copy of it for a moment, before exec
-        samples.append({"pid": proc.pid, "role": role_of(proc.pid, ppid, cmdline, driver_pid,
-                                                          jvm_pid),
-                        "rss": rss, "fds": fds, "threads": threads})
+        role = role_of(proc.pid, ppid, cmdline, driver_pid, jvm_pid)
+        samples.append({"pid": proc.pid, "role": role, "rss": rss, "fds": fds,
+                        "threads": threads})
+        if role == "other":  # say what it was
+            samples[-1]["cmdline"] = " ".join(cmdline)[:200]
     return samples
 
 
