@@ -60,10 +60,10 @@ MODES = ("delay", "latest", "read", "wal-write")
 # The n of a fault point's kill is drawn from 1..N_MAX[point]: hits counted in one process
 # (latestOffset calls, read() calls in one worker, log writes).
 N_MAX = {"latest": 20, "read": 8, "wal-write": 60}
-DELAY_S = (0.3, 8.0)  # a delay kill comes this long after the run's query started
-# A fault point not reached this long after the run's query started: killed anyway.
+DELAY_S = (0.3, 8.0)  # a delay kill comes this long after the run's first batch
+# A fault point not reached this long after the run's first batch: killed anyway.
 FAULT_DEADLINE_S = 40.0
-START_TIMEOUT_S = 240.0  # JVM start and query start, on a loaded machine
+START_TIMEOUT_S = 240.0  # JVM start to the first batch, on a loaded machine
 FINAL_TIMEOUT_S = 600.0
 LOST_LISTED = 2000  # lost rows listed one by one in the JSON
 MARGIN_MS = 100.0  # plain: a row signalled more than walSyncMs + this before its kill must
@@ -108,8 +108,8 @@ def _child(args: argparse.Namespace) -> int:
               .option("checkpointLocation", str(folder / "checkpoint")))
     if args.final:
         writer = writer.trigger(availableNow=True)
+    spark.streams.addListener(_first_batch_listener(folder / f"ready-{args.run}"))
     query = writer.start()
-    (folder / f"ready-{args.run}").write_text(f"{time.time():.6f}\n")
     if not args.final:
         query.awaitTermination()  # raises if the query fails; only a kill ends it otherwise
         print("crash trial: the query ended without a kill", file=sys.stderr)
@@ -125,6 +125,28 @@ def _child(args: argparse.Namespace) -> int:
     return 0
 
 
+def _first_batch_listener(path: Path) -> Any:
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class FirstBatch(StreamingQueryListener):
+        """Writes the time of the run's first batch to ``path``: delays count from it."""
+
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            if not path.exists():
+                path.write_text(f"{time.time():.6f}\n")
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return FirstBatch()
+
+
 # -- the parent: runs, kills, comparison -----------------------------------------------
 
 
@@ -135,7 +157,7 @@ class Run:
     run: int
     plan: str  # "delay 2.41 s", "latest:7", ...
     ended: str = ""  # "killed", "killed (fault point not reached)", "exited 3", ...
-    started: float | None = None  # time.time() when its query started
+    started: float | None = None  # time.time() when its first batch completed
     killed: float | None = None  # time.time() of the kill
     point: str | None = None  # the fault point that fired, if one did
     outside_group: int = 0  # processes of the run outside the child's process group
@@ -211,15 +233,6 @@ class Trial:
             return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def _wait_started(self, child: subprocess.Popen[bytes], run: int) -> float | None:
-        ready = self.folder / f"ready-{run}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline and child.poll() is None:
-            if ready.exists() and ready.read_text().endswith("\n"):
-                return float(ready.read_text())
-            time.sleep(0.05)
-        return None
-
     def kill(self, child: subprocess.Popen[bytes]) -> tuple[float, int]:
         """SIGKILL the child's process group, then every other process of this trial.
 
@@ -249,33 +262,21 @@ class Trial:
         return len(seen)
 
     def run_killed(self, run: int, plan: str) -> Run:
+        """One run, ended by a kill: after a delay counted from its first batch, or at a
+        fault point (whenever it fires, or FAULT_DEADLINE_S after the first batch)."""
         record = Run(run, plan)
         fault = None if plan.startswith("delay") else plan
-        crashes_before = _lines(self.crash_log)
+        crashes_before = len(_lines(self.crash_log))
+        ready = self.folder / f"ready-{run}"
         spawned = time.monotonic()
         child = self._spawn(run, final=False, fault=fault)
+        deadline = spawned + START_TIMEOUT_S
         try:
-            record.started = self._wait_started(child, run)
-            if record.started is None:
-                record.ended = (f"exited {child.returncode} before its query started"
-                                if child.poll() is not None else "did not start in time")
-                return record
-            if fault is None:
-                delay = float(plan.split()[1])
-                try:
-                    child.wait(timeout=max(0.0, record.started + delay - time.time()))
-                except subprocess.TimeoutExpired:
-                    record.killed, record.outside_group = self.kill(child)
-                    record.ended = "killed"
-                else:
-                    record.ended = f"exited {child.returncode} on its own"
-                return record
-            deadline = time.monotonic() + self.args.fault_deadline
             while True:
-                fired = _lines(self.crash_log)[len(crashes_before):]
+                fired = _lines(self.crash_log)[crashes_before:]
                 if fired:
-                    # The line is written just before the fault point's SIGKILL. From a
-                    # daemon worker ("read") that kill takes the worker's group only.
+                    # Written just before the fault point's SIGKILL, which from a daemon
+                    # worker ("read") takes the worker's group only: the rest goes now.
                     _, record.outside_group = self.kill(child)
                     point, at = fired[0].split()
                     record.point, record.killed, record.ended = point, float(at), "killed"
@@ -283,9 +284,18 @@ class Trial:
                 if child.poll() is not None:
                     record.ended = f"exited {child.returncode} on its own"
                     return record
-                if time.monotonic() > deadline:
+                if record.started is None and ready.exists() and ready.read_text().endswith(
+                        "\n"):
+                    record.started = float(ready.read_text())
+                    deadline = time.monotonic() + (
+                        float(plan.split()[1]) if fault is None else self.args.fault_deadline)
+                if time.monotonic() >= deadline:
                     record.killed, record.outside_group = self.kill(child)
-                    record.ended = "killed (fault point not reached)"
+                    record.ended = ("did not finish a batch in time" if record.started is None
+                                    else "killed" if fault is None
+                                    else "killed (fault point not reached)")
+                    if record.started is None:
+                        record.killed = None  # not a kill the trials planned: a failure
                     return record
                 time.sleep(0.002)
         finally:
