@@ -200,9 +200,10 @@ def run_soak(spark: Any, minutes: float, *, max_records: int = 200_000,
         publisher = publish(transformed, element="tuple", queryName="soak",
                             checkpointLocation=os.path.join(scratch, "checkpoint"))
         publisher.subscribe(counter)
+        started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
         started = time.monotonic()
         first_row: float | None = None
-        previous: tuple[float, int] | None = None
+        previous = (started, 0)
         next_sample = started
         try:
             while True:
@@ -212,11 +213,9 @@ def run_soak(spark: Any, minutes: float, *, max_records: int = 200_000,
                     first_row = now
                     report(f"first row after {now - started:.1f} s; soaking for "
                            f"{minutes:g} min")
-                origin = first_row if first_row is not None else now
                 samples.append({
-                    "t": round(now - origin, 3), "rows": rows,
-                    "rows_per_s": (0.0 if previous is None
-                                   else (rows - previous[1]) / max(now - previous[0], 1e-9)),
+                    "t": now, "rows": rows,  # t: made relative to the first row below
+                    "rows_per_s": (rows - previous[1]) / max(now - previous[0], 1e-9),
                     "processes": sample_processes(driver_pid, jvm_pid)})
                 previous = (now, rows)
                 if first_row is not None and now - first_row >= minutes * 60:
@@ -227,19 +226,25 @@ def run_soak(spark: Any, minutes: float, *, max_records: int = 200_000,
                 next_sample = max(next_sample + interval, time.monotonic())
                 # Waits on the subscriber, so a stream that ends wakes this at once.
                 if counter.wait(next_sample - time.monotonic()):
-                    error = (f"the stream ended after {now - origin:.0f} s: "
-                             f"{counter._error!r}" if counter._error is not None
-                             else f"the stream ended after {now - origin:.0f} s")
+                    error = f"the stream ended {now - (first_row or started):.0f} s after " \
+                            f"the {'first row' if first_row else 'start'}"
+                    try:
+                        counter.join(0)
+                    except Exception as exc:  # the query's error, or the subscriber's
+                        error += f": {exc!r}"
                     break
         finally:
             publisher.query.stop()
             counter.wait(60)
+    origin = first_row if first_row is not None else started
+    for sample in samples:
+        sample["t"] = round(sample["t"] - origin, 3)
     return {
         "settings": {"minutes": minutes, "maxRecordsPerTrigger": max_records,
                      "request": request, "interval_s": interval,
                      "master": spark.sparkContext.master, "pyspark": spark.version,
                      "python": platform.python_version(), "cpus": os.cpu_count(),
-                     "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                     "started_utc": started_utc},
         "roles": ROLES, "samples": samples, "error": error,
     }
 

@@ -117,9 +117,11 @@ def test_threads_that_grow_once_and_stay_pass() -> None:
 
 
 def test_threads_that_keep_growing_across_replaced_workers_fail() -> None:
-    # Each replacement worker holds the threads the last one left behind, and more.
-    workers = {(10 + n, "worker"): alive(lambda t, n=n: (120 * MIB, 6, 2 + n), 10 * n,
-                                         10 * n + 10) for n in range(13)}
+    # Each replacement worker holds the threads the last one left behind, and one more.
+    def worker(n: int) -> Process:
+        return alive(lambda t: (120 * MIB, 6, 2 + n), 10 * n, 10 * n + 10)
+
+    workers = {(10 + n, "worker"): worker(n) for n in range(13)}
     processes = {k: v for k, v in pipeline().items() if k[1] != "worker"} | workers
     problems = soak.check(made_up_run(processes))
     assert len(problems) == 1 and problems[0].startswith(
