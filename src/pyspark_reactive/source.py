@@ -106,6 +106,10 @@ class DefaultSource(DataSource):
         return "reactive"
 
     def schema(self) -> str:
+        # Spark asks only when no .schema(...) was given; the schema option (a DDL string)
+        # lets load() check every option with a schema of one's own (README: Bad input).
+        if self.source_options.schema is not None:
+            return self.source_options.schema
         return _BUILTIN_SCHEMAS.get(self.source_options.publisher.lower(), DEFAULT_SCHEMA)
 
     def streamReader(self, schema: StructType) -> ReactiveStreamReader:

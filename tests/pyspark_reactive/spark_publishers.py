@@ -251,3 +251,77 @@ def queue(options: Mapping[str, str]) -> Publisher[int]:
     never comes again, whether or not that run delivered it.
     """
     return QueuePublisher(options["emittedTo"])
+
+
+# -- publishers and factories that break the rules (test_bad_publishers.py) ---------------
+
+
+def raising_factory(options: Mapping[str, str]) -> Publisher[int]:
+    raise ConnectionError("no broker answers at 127.0.0.1:1")
+
+
+def none_factory(options: Mapping[str, str]) -> None:
+    return None
+
+
+class _Silent(Publisher[int]):
+    """Never calls on_subscribe (§1.9 says it must)."""
+
+    def subscribe(self, subscriber: Subscriber[int]) -> None:
+        pass
+
+
+def never_subscribes(options: Mapping[str, str]) -> Publisher[int]:
+    return _Silent()
+
+
+class _Unruly(Subscription):
+    """Signals what ``request(n)`` asks for, ``extra`` more elements (§1.1), or, after
+    ``count`` elements, ``on_complete`` followed by ``extra`` elements and a second
+    ``on_complete`` (§1.7)."""
+
+    def __init__(self, subscriber: Subscriber[int], extra: int, count: int | None) -> None:
+        self.subscriber = subscriber
+        self.extra = extra
+        self.count = count
+        self.sent = 0
+        self.done = False
+
+    def request(self, n: int) -> None:
+        if self.done:
+            return
+        if self.count is None:
+            for _ in range(n + self.extra):
+                self.subscriber.on_next(self.sent)
+                self.sent += 1
+            return
+        while self.sent < min(self.count, n):
+            self.subscriber.on_next(self.sent)
+            self.sent += 1
+        if self.sent >= self.count:
+            self.done = True
+            self.subscriber.on_complete()
+            for value in range(self.extra):
+                self.subscriber.on_next(self.count + value)
+            self.subscriber.on_complete()
+
+    def cancel(self) -> None:
+        self.done = True
+
+
+class _UnrulyPublisher(Publisher[int]):
+    def __init__(self, extra: int, count: int | None) -> None:
+        self.extra, self.count = extra, count
+
+    def subscribe(self, subscriber: Subscriber[int]) -> None:
+        subscriber.on_subscribe(_Unruly(subscriber, self.extra, self.count))
+
+
+def beyond_demand(options: Mapping[str, str]) -> Publisher[int]:
+    """Signals ``extra`` elements more than each request asks for."""
+    return _UnrulyPublisher(int(options["extra"]), None)
+
+
+def after_complete(options: Mapping[str, str]) -> Publisher[int]:
+    """``count`` elements, on_complete, then ``extra`` elements and on_complete again."""
+    return _UnrulyPublisher(int(options["extra"]), int(options["count"]))
