@@ -38,6 +38,9 @@ from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive import DefaultSource, read_stream
 from pyspark_reactive.options import (
+    DEFAULT_SUBSCRIBE_TIMEOUT_MS,
+    DEFAULT_WAL_SYNC_MS,
+    DEFAULT_WAL_SYNC_ROWS,
     SOURCE_OPTIONS,
     OptionError,
     check_wal_location,
@@ -122,7 +125,7 @@ def test_the_bounds_and_spaces_around_are_accepted(option: str, low: int, high: 
 def test_defaults_of_the_new_options() -> None:
     parsed = parse_source_options({"publisher": "range"})
     assert (parsed.wal_sync_ms, parsed.wal_sync_rows, parsed.subscribe_timeout_ms) == (
-        50, 10_000, 30_000)
+        DEFAULT_WAL_SYNC_MS, DEFAULT_WAL_SYNC_ROWS, DEFAULT_SUBSCRIBE_TIMEOUT_MS)
     assert parsed.schema is None
     # 100 batches of the largest demand is more than a long holds: capped, not overflowed.
     huge = parse_source_options({"publisher": "range", "maxRecordsPerTrigger": COUNT_MAX})
