@@ -4,30 +4,14 @@ README's "Bad input" section lists them beside the options and elements."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from streaming import ProgressWatch, install
-from test_source import reactive, to_memory
+from streaming import ProgressWatch
+from test_source import queries, reactive, to_memory, watch
 
-
-@pytest.fixture(scope="module")
-def watch(spark: SparkSession) -> Iterator[ProgressWatch]:
-    listener = install(spark)
-    yield listener
-    spark.streams.removeListener(listener)
-
-
-@pytest.fixture
-def queries() -> Iterator[list[StreamingQuery]]:
-    started: list[StreamingQuery] = []
-    yield started
-    for query in started:
-        if query.isActive:
-            query.stop()
+__all__ = ["queries", "watch"]  # fixtures shared with test_source.py
 
 
 def _fails(spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],

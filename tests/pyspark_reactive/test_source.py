@@ -237,8 +237,9 @@ from pyspark_reactive.options import parse_source_options
 from pyspark_reactive.source import ReactiveStreamReader
 from pyspark_reactive.wal import WriteAheadLog
 
+# No group commit in this run (walSyncMs of 10 minutes): the rows stay for stop() to log.
 options = parse_source_options({"publisher": "range", "maxRecordsPerTrigger": "100",
-                                "walLocation": sys.argv[1]})
+                                "walLocation": sys.argv[1], "walSyncMs": "600000"})
 schema = StructType([StructField("value", LongType())])
 reader = ReactiveStreamReader(options, schema, None)
 reader.initialOffset()
@@ -486,7 +487,9 @@ def test_a_new_checkpoint_takes_over_rows_no_checkpoint_planned(spark: SparkSess
     schema = arrow_schema(StructType.fromDDL("value BIGINT"))
     left = pa.record_batch([pa.array([70, 80, 90], pa.int64())], schema=schema)
     WriteAheadLog(str(tmp_path / "wal")).write(WalEntry(0, 3), [left], schema)
-    query, name = to_memory(reactive(spark, publisher="range", count=5,
+    # A publisher that does not resume (the built-in range would start after the log).
+    query, name = to_memory(reactive(spark, publisher="spark_publishers:recorded_range",
+                                     count=5, recordTo=tmp_path / "record", schema="value BIGINT",
                                      walLocation=tmp_path / "wal").load(), queries, tmp_path)
     watch.wait_rows(query, 8)
     query.stop()
