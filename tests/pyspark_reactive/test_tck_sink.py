@@ -33,8 +33,10 @@ class TestForeachBatchPublisher(PublisherVerification[Any]):
                 publisher.query.stop()
 
     def create_test_environment(self) -> TestEnvironment:
-        # A query takes a second or two to plan and run its first micro-batch.
-        return TestEnvironment(default_timeout_millis=10_000,
+        # A query takes a second or two to plan and run its first micro-batch, and up to
+        # 20 s as the first of a session on a loaded 2-core machine: the timeout bounds
+        # only waits for a signal that must come, so a generous one costs nothing.
+        return TestEnvironment(default_timeout_millis=30_000,
                                default_no_signals_timeout_millis=300)
 
     def stochastic_runs(self, default: int) -> int:
