@@ -228,7 +228,7 @@ class DemandBuffer(Subscriber[Any]):
     @property
     def completed(self) -> bool:
         """Whether ``on_complete`` arrived and everything received has been taken."""
-        return self._completed and not self._elements
+        return self._completed and not self.buffered
 
     @property
     def ended(self) -> bool:
@@ -238,7 +238,7 @@ class DemandBuffer(Subscriber[Any]):
     @property
     def error(self) -> BaseException | None:
         """The publisher's error, once everything received before it has been taken."""
-        return None if self._elements else self._terminal
+        return None if self.buffered else self._terminal
 
     def wait(self, wanted: int, timeout: float, interrupted: Any = None) -> bool:
         """Wait until ``wanted`` elements are buffered, held ones included (or as many as can
@@ -292,8 +292,7 @@ class DemandBuffer(Subscriber[Any]):
 
     def hold(self) -> list[Any]:
         """Take every element here without releasing its demand (see :meth:`release`)."""
-        elements = self._elements
-        return [elements.popleft() for _ in range(len(elements))]
+        return _take_all(self._elements)
 
     def release(self, count: int) -> None:
         """Count ``count`` held elements as taken and request as many more."""
@@ -325,8 +324,7 @@ class DemandBuffer(Subscriber[Any]):
             if self._signalling:
                 log.warning("an on_next was still under way %.1f s after the source began to "
                             "drain its buffer; its element will be refused", settle)
-        elements = self._elements
-        drained = [elements.popleft() for _ in range(len(elements))]
+        drained = _take_all(self._elements)
         self._released += len(drained)  # taken for good: nothing more is requested
         self._drained = True
         return drained
@@ -384,3 +382,14 @@ class DemandBuffer(Subscriber[Any]):
         calls, self._calls = self._calls, None
         if calls is not None:
             calls.shutdown(wait=False)
+
+
+def _take_all(elements: collections.deque[Any]) -> list[Any]:
+    # on_next appends while this pops: take what is there, never more.
+    taken = []
+    try:
+        for _ in range(len(elements)):
+            taken.append(elements.popleft())
+    except IndexError:  # another taker got there first
+        pass
+    return taken

@@ -13,7 +13,8 @@ To attach keys, give the publisher a method ``position_key(element) -> str | Non
 source calls it for the last element of each group commit and keeps the key in the log.
 
 **Acknowledging.** Give the publisher a method ``on_durable(count: int) -> None``. The
-source calls it, serially and from a thread of its own, once the first ``count`` elements
+source calls it serially, from its log's thread (and once more as it stops, after that
+thread has ended), never while holding up a batch, once the first ``count`` elements
 signalled to this subscription are durable (counted from 1 in signal order, increasing
 with each call): written to the log with ``walLocation``, committed by Spark without it.
 A publisher over an upstream that redelivers what was not acknowledged (an MQTT QoS 1
@@ -38,7 +39,10 @@ class ResumePoint:
     Attributes
     ----------
     offset : int
-        The stream offset of the next element: elements ``0 .. offset - 1`` are durable.
+        The stream offset of the next element. With a write-ahead log, elements
+        ``0 .. offset - 1`` are durable in it; without one it is the offset Spark asks
+        for next, and the rows of a batch Spark planned but had not committed when the
+        previous run ended are gone.
     key : str or None
         The key the publisher's ``position_key`` gave the element at ``offset - 1``;
         ``None`` when there is none (a fresh stream, or a publisher without keys).

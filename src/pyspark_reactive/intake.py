@@ -75,6 +75,10 @@ class Intake:
         self.segments: list[Segment] = []  # this run's, uncommitted, in offset order
         self.error: RowConversionError | None = None  # the element that did not fit
         self.acknowledged = 0  # what on_durable was last told
+        self._durable = 0  # elements of this subscription durable, for on_durable
+        # Elements taken from the buffer whose group commit failed: retried first, and no
+        # later element gets an offset before them.
+        self._pending: list[Any] = []
         self._position_key: Callable[[Any], Any] | None = getattr(
             publisher, "position_key", None)
         self._on_durable: Callable[[int], Any] | None = getattr(publisher, "on_durable", None)
@@ -103,35 +107,54 @@ class Intake:
             try:
                 self.sync()
             except Exception:
-                # The next batch syncs on the runner's main thread and raises it there.
-                log.exception("reactive source: a group commit to the write-ahead log failed")
+                # The rows stay pending and are retried at the next sync; the next batch
+                # syncs on the runner's main thread, where a failure fails the query.
+                log.exception("reactive source: a group commit to the write-ahead log failed; "
+                              "its %d rows are kept in memory and retried",
+                              len(self._pending))
                 self._stopping.wait(self.sync_s)
+            self._tell_durable()
 
-    def sync(self, elements: list[Any] | None = None) -> None:
-        """Convert (and log) the elements waiting in the buffer, or ``elements``."""
-        with self._lock:
-            if elements is None:
-                elements = self.buffer.hold()
-            if not elements:
+    def sync(self, elements: list[Any] | None = None, timeout: float = -1) -> None:
+        """Convert (and log) the elements waiting in the buffer, then ``elements``.
+
+        Elements of a group commit that failed are kept and written first next time; the
+        failure is raised. ``timeout`` bounds the wait for a group commit under way on the
+        log's thread (-1: no bound); past it, nothing is written and a ``TimeoutError``
+        is raised.
+        """
+        if not self._lock.acquire(timeout=timeout):
+            raise TimeoutError(f"the write-ahead log's thread has been writing for more than "
+                               f"{timeout:.0f} s")
+        try:
+            pending = self._pending
+            pending += self.buffer.hold()
+            if elements:
+                pending += elements
+            if not pending:
                 return
             if self.error is not None:
                 log.warning("reactive source: %d elements after the one that did not fit "
-                            "(offset %d) are not kept", len(elements), self.error.offset)
+                            "(offset %d) are not kept", len(pending), self.error.offset)
+                self._pending = []
                 return
-            self._append(elements)
+            self._append(pending)
+            self._pending = []
+        finally:
+            self._lock.release()
 
     def _append(self, elements: list[Any]) -> None:
         start = self.end
         batch, error = self.converter.convert(elements, start)
         if error is not None:
             # The rows before the bad element stay; the error fails the query once a batch
-            # reaches it.
-            self.error = error
+            # reaches it (recorded once they are written: a failed write retries them).
             dropped = len(elements) - batch.num_rows - 1
             if dropped:
                 log.warning("reactive source: the query fails at offset %d; the %d elements "
                             "after it in the same group are not kept", error.offset, dropped)
             if batch.num_rows == 0:
+                self.error = error
                 return
         table = pa.Table.from_batches([batch], schema=self.schema)
         end = start + table.num_rows
@@ -142,7 +165,9 @@ class Intake:
         self.segments.append(Segment(start, end, table))
         self.synced += table.num_rows
         if self.wal is not None:
-            self._tell_durable(self.synced)
+            self._durable = self.synced
+        if error is not None:
+            self.error = error
 
     def _key(self, element: Any) -> str | None:
         if self._position_key is None:
@@ -154,7 +179,10 @@ class Intake:
             return None
         return None if key is None else str(key)
 
-    def _tell_durable(self, count: int) -> None:
+    def _tell_durable(self) -> None:
+        # On the log's thread (or once more after it stopped), never under the lock: an
+        # acknowledgement upstream may take its time without holding up a batch.
+        count = self._durable
         if self._on_durable is None or count <= self.acknowledged:
             return
         self.acknowledged = count
@@ -175,11 +203,18 @@ class Intake:
         with self._lock:
             self.segments = [s for s in self.segments if s.end > end]
             if self.wal is None:
-                self._tell_durable(min(self.synced, end - self.base))
+                self._durable = max(self._durable, min(self.synced, end - self.base))
+        self._nudge.set()  # the log's thread tells the publisher
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the syncing thread (what waits in the buffer stays there)."""
+        """Stop the log's thread (what waits in the buffer stays there)."""
         self._stopping.set()
         self._nudge.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+    def finish(self, elements: list[Any], timeout: float = 5.0) -> None:
+        """Log what is left once the log's thread has stopped, and say so to the publisher."""
+        self.sync(elements, timeout=timeout)
+        if not self._thread.is_alive():
+            self._tell_durable()

@@ -306,7 +306,16 @@ class _QueryRun:
             most = min(most, self.available_now_left)
         buffer.wait(most, self.options.fill_wait_ms / 1000, self._orphaned)
         self._check_orphaned()
-        intake.sync()  # the batch's rows are durable before Spark learns its end
+        try:
+            intake.sync()  # the batch's rows are durable before Spark learns its end
+        except Exception as error:
+            where = (f"writing to the write-ahead log at {self.options.wal_location!r}"
+                     if self.wal is not None else "converting the rows")
+            raise RuntimeError(
+                f"reactive source: {where} failed: {type(error).__name__}: {error}. The rows "
+                "not yet written are lost with this run unless the publisher resumes or "
+                "redelivers; free space or fix the location's permissions, then restart "
+                "the query") from error
         taken = min(most, intake.end - start)
         if taken <= 0:
             self._check_subscribed(buffer)
@@ -439,7 +448,10 @@ class _QueryRun:
             return
         self._tail_checked = True
         for index, segment in enumerate(self.recovered):
-            if segment.start < start or segment.entry is None:
+            # The segment holding start too: Spark learned of its rows before start only,
+            # which it has committed, or planned again already (then they were read).
+            if segment.end <= start or segment.entry is None or (
+                    segment.start < start and segment.table is not None):
                 continue
             try:
                 segment.table = self.wal.read(segment.entry)
@@ -473,9 +485,9 @@ class _QueryRun:
                 except WalDamaged as error:
                     raise RuntimeError(
                         f"reactive source: {error}. Spark planned a batch from these rows "
-                        "(offsets [{}, {})), so the query cannot go on without them: restore "
-                        "the file, or start from a new checkpoint and walLocation (its rows "
-                        "are then lost)".format(start, end)) from error
+                        f"(offsets [{start}, {end})), so the query cannot go on without "
+                        "them: restore the file, or start from a new checkpoint and "
+                        "walLocation (its rows are then lost)") from error
                 found.table = rows
             upto = min(end, found.end)
             pieces.append(rows.slice(position - found.start, upto - position))
@@ -568,16 +580,19 @@ class _QueryRun:
                 self.wal.unlock()
             return
         buffer.cancel(timeout=1.0)
+        # The log's thread stops first: it takes elements from the buffer too.
+        intake.stop()
         left = buffer.drain()
         buffer.close()
-        intake.stop()
         if self.wal is not None:
             # Rows the publisher signalled that Spark never saw: the log keeps them, and
             # the restarted query is offered them after those it already knows of.
             try:
-                intake.sync(left)
+                intake.finish(left)
             except Exception:
-                log.exception("reactive source: could not keep %d buffered rows", len(left))
+                log.exception("reactive source: could not keep %d buffered rows in the "
+                              "write-ahead log at %s; they are lost", len(left),
+                              self.options.wal_location)
             else:
                 if left:
                     log.info("reactive source: kept %d buffered rows in the write-ahead log",

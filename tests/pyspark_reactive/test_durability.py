@@ -242,11 +242,58 @@ def test_on_durable_without_a_log_follows_spark_commits(readers: Any) -> None:
     reader = readers(lambda o: publisher, maxRecordsPerTrigger=500)
     assert reader.latestOffset({"offset": 0}, None) == {"offset": 500}
     assert reader.latestOffset({"offset": 500}, None) == {"offset": 1000}
-    assert publisher.calls == [], "nothing is durable before Spark commits"
+    assert not _wait_for(lambda: bool(publisher.calls), timeout=0.3), \
+        "nothing is durable before Spark commits"
     reader.commit({"offset": 500})
-    assert [count for count, _ in publisher.calls] == [500]
+    assert _wait_for(lambda: [c for c, _ in publisher.calls] == [500])
     reader.commit({"offset": 1000})
-    assert [count for count, _ in publisher.calls] == [500, 1000]
+    assert _wait_for(lambda: [c for c, _ in publisher.calls] == [500, 1000])
+    assert publisher.threads == {"reactive-source-wal"}, "one thread, serially"
+
+
+def test_a_failed_group_commit_keeps_its_rows_and_retries_them(
+        readers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wal = tmp_path / "wal"
+    publisher = _Acknowledging(wal)
+    write = WriteAheadLog.write
+    failures = iter([True])
+
+    def fail_once(self: WriteAheadLog, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "reactive-source-wal" and next(failures, False):
+            raise OSError(28, "No space left on device (injected once)")
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(WriteAheadLog, "write", fail_once)
+    reader = readers(lambda o: publisher, maxRecordsPerTrigger=500, walLocation=wal,
+                     walSyncMs=5)
+    seen: list[int] = []
+    start = 0
+    while start < 3000:
+        end = reader.latestOffset({"offset": start}, None)["offset"]
+        seen += _rows(reader, start, end)
+        start = end
+    assert next(failures, None) is None, "the injected failure happened"
+    assert seen == list(range(3000)), "no row lost or moved by the failed write"
+    logged = [v for _, _, values in _logged(wal) for v in values]
+    assert logged[:3000] == list(range(3000))
+    assert all(held >= count for count, held in publisher.calls)
+
+
+def test_a_log_that_cannot_be_written_fails_the_query_naming_it(
+        readers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wal = tmp_path / "wal-{run}"  # braces in the path must not upset the message
+
+    def full(self: WriteAheadLog, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    reader = readers(lambda o: RangePublisher(0, 10**9), maxRecordsPerTrigger=500,
+                     walLocation=wal)
+    monkeypatch.setattr(WriteAheadLog, "write", full)
+    with pytest.raises(RuntimeError) as raised:
+        reader.latestOffset({"offset": 0}, None)
+    message = str(raised.value)
+    assert f"writing to the write-ahead log at '{wal}' failed" in message
+    assert "No space left on device" in message and "restart" in message
 
 
 def _segment(wal: Path, start: int, values: list[int]) -> Path:
@@ -294,9 +341,24 @@ def test_a_damaged_segment_spark_never_learned_of_is_set_aside(
     assert _rows(reader, 10, 110) == list(range(10, 110))
 
 
+def test_a_damaged_segment_holding_the_restart_offset_is_set_aside(
+        readers: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Group commits and batches do not line up: Spark committed [0, 5) of the segment
+    # [0, 10) and never learned of the rest, so the segment is set aside, not a failure.
+    wal = tmp_path / "wal"
+    damaged = _segment(wal, 0, list(range(10)))
+    damaged.write_bytes(damaged.read_bytes()[:-30])
+    with caplog.at_level(logging.WARNING):
+        reader = readers(lambda o: RangePublisher(5, 10**9), maxRecordsPerTrigger=100,
+                         walLocation=wal)
+        assert reader.latestOffset({"offset": 5}, None) == {"offset": 105}
+    assert "damaged segment" in caplog.text and (wal / "torn" / damaged.name).exists()
+    assert _rows(reader, 5, 105) == list(range(5, 105))
+
+
 def test_a_damaged_segment_spark_planned_fails_naming_file_and_offsets(
         readers: Any, tmp_path: Path) -> None:
-    wal = tmp_path / "wal"
+    wal = tmp_path / "wal-{run}"
     damaged = _segment(wal, 0, list(range(10)))
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2:len(data) // 2 + 16] = b"\xff" * 16  # corrupted in the middle
