@@ -26,7 +26,9 @@ Options (names are case-insensitive): ``emittedTo`` (required), ``run`` (the que
 written into the record), ``rowsPerSecond`` (default 3000), ``stopFile`` (once that file
 exists the publisher completes as soon as it owes nothing more: the plain queue at once,
 the resumable sequence after the highest value it ever emitted, the broker after
-redelivering every message it stores) and, for ``acknowledging``, ``brokerDir``.
+redelivering every message it stores; it then creates the stop file's name followed by
+``.completed``, once every element is signalled) and, for ``acknowledging``,
+``brokerDir``.
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ from dataclasses import dataclass
 
 from reactive_streams import IterablePublisher, Publisher, Subscriber
 
-__all__ = ["Emission", "EmissionRecord", "acknowledging", "plain", "read_emissions",
-           "resumable"]
+__all__ = ["COMPLETED_SUFFIX", "Emission", "EmissionRecord", "acknowledging", "plain",
+           "read_emissions", "resumable"]
 
 DEFAULT_ROWS_PER_SECOND = 3000.0
+# Added to the stop file's name for the file that says the publisher has completed.
+COMPLETED_SUFFIX = ".completed"
 # After a pause for demand, the pace resumes rather than catching up in a burst; it sleeps
 # only when this far ahead of schedule, so a fast rate does not cost a sleep per element.
 _CATCH_UP_S = 0.02
@@ -157,6 +161,10 @@ class _CrashPublisher(Publisher[int]):
                 yield value
         finally:
             self.record.close()
+        # Stopped, and the last element was signalled before this generator was resumed.
+        assert self.stop_file is not None
+        with open(f"{self.stop_file}{COMPLETED_SUFFIX}", "w"):
+            pass
 
     def _values(self) -> Iterator[int]:
         raise NotImplementedError

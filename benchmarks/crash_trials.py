@@ -5,7 +5,8 @@ For each kind of publisher (``benchmarks/crash_publishers.py``: ``plain``, ``res
 ``acknowledging``) the trials run, in a child process with a session of its own, the
 pipeline publisher -> ``spark.readStream.format("reactive")`` with ``walLocation`` ->
 parquet sink with a checkpoint, and end each run with SIGKILL at a seeded random moment:
-after a random delay (between or during micro-batches), or at a fault point of
+after a random delay from the run's first batch (between or during micro-batches), or at
+a fault point of
 ``pyspark_reactive.faults`` (``latest``: in ``latestOffset``; ``read``: in a task's
 ``read()``; ``wal-write``: halfway through a log write) at its n-th hit. Each kill takes
 the child's whole process group and every other process of the run (Spark's Python daemon
@@ -13,8 +14,9 @@ puts its workers in a group of their own; they are found by an environment varia
 process of the run inherits and killed by pid). The next run restarts with the same
 checkpoint, log and publisher state. After ``--kills`` kills a final run lets the stream
 settle: a stop file tells the publisher to complete once it owes nothing more, and the
-query runs with ``availableNow`` until it ends. Then what the publishers recorded before
-each ``on_next`` is compared with what the sink committed (read through Spark).
+query runs until the publisher has completed and ``processAllAvailable()`` returns. Then
+what the publishers recorded before each ``on_next`` is compared with what the sink
+committed (read through Spark).
 
 Run from the repository root (one kind takes a few minutes for 20 kills)::
 
@@ -53,7 +55,7 @@ import psutil
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from crash_publishers import read_emissions  # noqa: E402
+from crash_publishers import COMPLETED_SUFFIX, read_emissions  # noqa: E402
 
 KINDS = ("plain", "resumable", "acknowledging")
 MODES = ("delay", "latest", "read", "wal-write")
@@ -66,8 +68,8 @@ FAULT_DEADLINE_S = 40.0
 START_TIMEOUT_S = 240.0  # JVM start to the first batch, on a loaded machine
 FINAL_TIMEOUT_S = 600.0
 LOST_LISTED = 2000  # lost rows listed one by one in the JSON
-MARGIN_MS = 100.0  # plain: a row signalled more than walSyncMs + this before its kill must
-# not be lost
+# plain: no row signalled more than walSyncMs + this before its kill may be lost.
+MARGIN_MS = 100.0
 # Every process of a run inherits this variable; its value names the trial.
 TAG = "PYSPARK_REACTIVE_CRASH_TRIAL"
 CRASH_AT = "PYSPARK_REACTIVE_CRASH_AT"
@@ -76,8 +78,8 @@ CRASH_LOG = "PYSPARK_REACTIVE_CRASH_LOG"
 
 def _default_wal_sync_ms() -> int:
     try:
-        from pyspark_reactive.options import DEFAULT_WAL_SYNC_MS  # type: ignore[attr-defined]
-    except ImportError:  # before the log was durable on arrival
+        from pyspark_reactive.options import DEFAULT_WAL_SYNC_MS
+    except ImportError:  # a version before the log was durable on arrival
         return 50
     return int(DEFAULT_WAL_SYNC_MS)
 
@@ -101,23 +103,33 @@ def _child(args: argparse.Namespace) -> int:
               .option("stopFile", str(folder / "stop"))
               .option("rowsPerSecond", args.rate)
               .option("run", args.run))
-    if args.final:
-        reader = reader.option("availableNowMaxRecords", 100_000_000)
     writer = (reader.load().writeStream.format("parquet")
               .option("path", str(folder / "sink"))
               .option("checkpointLocation", str(folder / "checkpoint")))
-    if args.final:
-        writer = writer.trigger(availableNow=True)
     spark.streams.addListener(_first_batch_listener(folder / f"ready-{args.run}"))
     query = writer.start()
     if not args.final:
         query.awaitTermination()  # raises if the query fails; only a kill ends it otherwise
         print("crash trial: the query ended without a kill", file=sys.stderr)
         return 3
-    if not query.awaitTermination(FINAL_TIMEOUT_S):
-        print(f"crash trial: the final run did not end within {FINAL_TIMEOUT_S} s",
-              file=sys.stderr)
-        return 3
+    # Settle: the publisher signals what it still owes, then completes and says so in a
+    # file; then every row it signalled is in the source, and processAllAvailable() returns
+    # once they are all committed. (Not availableNow: it ends the query as soon as the
+    # publisher pauses for fillWaitMs, which a publisher starting up on a loaded machine
+    # may do.)
+    completed = folder / f"stop{COMPLETED_SUFFIX}"
+    deadline = time.monotonic() + FINAL_TIMEOUT_S
+    while not completed.exists():
+        if query.awaitTermination(0.1):  # raises if the query failed
+            print("crash trial: the final query ended before its publisher completed",
+                  file=sys.stderr)
+            return 3
+        if time.monotonic() > deadline:
+            print(f"crash trial: the publisher did not complete within {FINAL_TIMEOUT_S} s",
+                  file=sys.stderr)
+            return 3
+    query.processAllAvailable()
+    query.stop()
     values = spark.read.parquet(str(folder / "sink")).select("value").toArrow()
     committed = folder / "committed"
     committed.write_text("".join(f"{v}\n" for v in values.column(0).to_pylist()))
@@ -303,7 +315,7 @@ class Trial:
             record.seconds = time.monotonic() - spawned
 
     def run_final(self, run: int) -> Run:
-        record = Run(run, "final: availableNow until settled")
+        record = Run(run, "final: until the publisher completed and all is committed")
         (self.folder / "stop").touch()
         spawned = time.monotonic()
         child = self._spawn(run, final=True, fault=None)
