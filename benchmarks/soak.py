@@ -58,7 +58,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,8 @@ def soak_session() -> Any:
     With -Xms equal to -Xmx, pre-touched, the JVM's RSS after the warm-up moves only with
     what it holds outside the heap (direct buffers, metaspace, thread stacks, native
     memory), which is what an RSS check can judge. A leak on the heap ends in an
-    OutOfMemoryError that fails the query, which :func:`check` reports.
+    OutOfMemoryError that fails the query, which :func:`check` reports. In a process that
+    already runs Spark, that session is returned as it is, without these settings.
     """
     from pyspark_reactive import local_session
 
@@ -359,11 +360,11 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         if role not in totals["rss"]:
             continue
         worst = max((g for r, g in growth.values() if r == role), default=0.0)
-        roles.append(RoleSummary(
+        roles.append(asdict(RoleSummary(
             role, int(totals["procs"][role][-1]),
             totals["rss"][role][0], totals["rss"][role][-1], worst,
             totals["fds"][role][0], totals["fds"][role][-1],
-            totals["threads"][role][0], totals["threads"][role][-1]).__dict__)
+            totals["threads"][role][0], totals["threads"][role][-1])))
     span = after[-1]["t"] - after[0]["t"] if len(after) > 1 else 0.0
     rows = after[-1]["rows"] - after[0]["rows"] if after else 0
     return {"warmup_s": warmup, "measured_s": span, "rows_total": run["samples"][-1]["rows"]
@@ -383,7 +384,7 @@ def summary_table(summary: dict[str, Any]) -> str:
             f"{r['threads_warm']:8.0f} {r['threads_end']:7.0f}")
     lines.append(
         f"RSS, fds and threads are totals over a role's processes; 'worst pid' is the largest "
-        f"growth of one process. After a warm-up of {summary['warmup_s']:.0f} s: "
+        f"growth of one process.\nAfter a warm-up of {summary['warmup_s']:.0f} s: "
         f"{summary['rows_measured']:,} rows in {summary['measured_s']:.0f} s = "
         f"{summary['mean_rows_per_s']:,.0f} rows/s; longest time without a row "
         f"{summary['longest_gap_s']:.0f} s")
