@@ -7,7 +7,8 @@ is imported only then, so ``reactive_streams`` tests run without it loaded.
 Tests that need a session of another kind live in folders of their own and run in pytest
 processes of their own, because one process hosts one SparkContext: ``tests/connect``
 (a Spark Connect client of a local server), ``tests/cluster`` (a standalone cluster on
-127.0.0.1), ``tests/notebooks`` (kernels, each with a Spark of its own) and ``tests/soak``
+127.0.0.1), ``tests/notebooks`` (kernels, each with a Spark of its own), ``tests/crash``
+(child processes killed with SIGKILL, each with a Spark of its own) and ``tests/soak``
 (two minutes of the whole pipeline, on a Spark whose JVM holds its heap from the start).
 ``./dev test`` runs each; a plain ``pytest`` leaves them out unless the folder (or a file
 in it) is named on the command line.
