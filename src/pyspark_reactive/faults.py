@@ -2,9 +2,12 @@
 
 Off unless the environment variable ``PYSPARK_REACTIVE_CRASH_AT`` is set, as
 ``"<point>:<n>"``: the ``n``-th time (1-based, counted in each process) that code reaches
-``point``, the whole process group gets SIGKILL: driver, JVM, source runner and Python
-workers alike, as when a machine or container dies. Spark passes the driver's environment
-to the processes it starts, so the variable reaches the runner and the workers.
+``point``, this process's group gets SIGKILL. Spark passes the driver's environment to the
+processes it starts, so the variable reaches the runner and the workers. The driver, the
+JVM and the source runner share a group; Spark's Python daemon puts itself and its workers
+in a group of their own (``os.setpgid`` in ``pyspark/daemon.py``), so a kill at ``read``
+ends only those: a trial watches ``PYSPARK_REACTIVE_CRASH_LOG`` and kills the rest itself,
+as ``benchmarks/crash_trials.py`` does.
 
 Points:
 
