@@ -241,10 +241,6 @@ class WriteAheadLog:
         value = metadata.get(KEY_METADATA)
         return None if value is None else value.decode()
 
-    def check(self, entry: WalEntry) -> None:
-        """Raise :class:`WalDamaged` unless ``entry`` reads whole."""
-        self.read(entry)
-
     def set_aside(self, name: str) -> str:
         """Move the file ``name`` into ``torn/``, where nothing reads it; return its path."""
         target = self._path(f"{_TORN}/{name}")
