@@ -17,6 +17,7 @@ in it) is named on the command line.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
 
 
 SEPARATE_SESSIONS = ("connect", "cluster", "notebooks", "crash", "soak")
+
+# Real network peers the adapters are tested against (a broker, servers), started by the
+# tests on 127.0.0.1: importable from every test folder as ``import <module>``.
+PEERS = str(Path(__file__).parent / "peers")
+if PEERS not in sys.path:
+    sys.path.insert(0, PEERS)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -51,7 +58,7 @@ def spark() -> Iterator[SparkSession]:
     # this puts the source tests' publishers (spark_publishers.py) on their path.
     here = os.path.join(os.path.dirname(__file__), "pyspark_reactive")
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (here, os.environ.get("PYTHONPATH")) if p)
+        p for p in (here, PEERS, os.environ.get("PYTHONPATH")) if p)
     session = local_session()
     yield session
     session.stop()

@@ -67,6 +67,9 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     return IterablePublisher(lambda: _paced(first, stop, rate))
 
 
+range_publisher.default_schema = lambda options: "value BIGINT"  # type: ignore[attr-defined]
+
+
 def _int(options: Mapping[str, str], name: str) -> int | None:
     text = options.get(name.lower())
     if text is None:

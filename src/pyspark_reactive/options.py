@@ -41,8 +41,15 @@ DEFAULT_SUBSCRIBE_TIMEOUT_MS = 30_000
 # availableNow run over an endless publisher lasts about as many batches whatever their size.
 AVAILABLE_NOW_DEFAULT_BATCHES = 100
 
-# Name -> "module:attribute" of the built-in publishers (see builtin.py).
-BUILTIN_PUBLISHERS = {"range": "pyspark_reactive.builtin:range_publisher"}
+# Name -> "module:attribute" of the built-in publishers (builtin.py and builtin_*.py; the
+# README's "Built-in publishers and adapters" lists them). A factory may carry an attribute
+# default_schema(options) -> DDL string: the schema when none is given.
+BUILTIN_PUBLISHERS = {
+    "range": "pyspark_reactive.builtin:range_publisher",
+    "rsocket": "pyspark_reactive.builtin_rsocket:rsocket_publisher",
+    "mqtt": "pyspark_reactive.builtin_mqtt:mqtt_publisher",
+    "websocket": "pyspark_reactive.builtin_websocket:websocket_publisher",
+}
 
 # Set by read_stream() on the data source class it registers; never a user option.
 SHIPPED_FACTORY = "<factory shipped with the data source>"

@@ -33,6 +33,7 @@ from .durability import FactoryOptions, ResumePoint
 from .faults import crash_point
 from .intake import Intake, Segment
 from .options import (
+    BUILTIN_PUBLISHERS,
     SHIPPED_FACTORY,
     CaseInsensitiveOptions,
     SourceOptions,
@@ -63,7 +64,6 @@ __all__ = ["DEFAULT_SCHEMA", "ArrowPartition", "DefaultSource", "ReactiveStreamR
 log = logging.getLogger("pyspark_reactive.source")
 
 DEFAULT_SCHEMA = "value STRING"
-_BUILTIN_SCHEMAS = {"range": "value BIGINT"}
 # Spark warns when a task is larger than 1 MiB; rows travel inside the partitions.
 PARTITION_BYTES = 1 << 20
 # How long a restarted run waits for the stopped one to release the write-ahead log.
@@ -94,7 +94,7 @@ class DefaultSource(DataSource):
         self.source_options = parse_source_options(options, shipped_factory=shipped)
         if not shipped:
             factory = resolve_factory(self.source_options.publisher)
-            if self.source_options.publisher.lower() in _BUILTIN_SCHEMAS:
+            if self.source_options.publisher.lower() in BUILTIN_PUBLISHERS:
                 # Built-in publishers are ours and cheap to make: making one checks its
                 # options now, not once the query runs.
                 factory(CaseInsensitiveOptions(self.source_options.raw))
@@ -110,7 +110,15 @@ class DefaultSource(DataSource):
         # lets load() check every option with a schema of one's own (README: Bad input).
         if self.source_options.schema is not None:
             return self.source_options.schema
-        return _BUILTIN_SCHEMAS.get(self.source_options.publisher.lower(), DEFAULT_SCHEMA)
+        if type(self)._shipped_factory is not None:
+            return DEFAULT_SCHEMA
+        # A factory (built-in or the user's) may say what its elements look like.
+        default = getattr(resolve_factory(self.source_options.publisher), "default_schema",
+                          None)
+        if default is None:
+            return DEFAULT_SCHEMA
+        ddl: str = default(CaseInsensitiveOptions(self.source_options.raw))
+        return ddl
 
     def streamReader(self, schema: StructType) -> ReactiveStreamReader:
         return ReactiveStreamReader(self.source_options, schema, type(self)._shipped_factory)
