@@ -233,6 +233,8 @@ class _QueryRun:
         # Elements an availableNow trigger may still take from the publisher (None: no
         # bound, any other trigger, or Spark 4.0/4.1, which never say availableNow).
         self.available_now_left: int | None = None
+        # Whether this run's first availableNow batch has waited for a first element.
+        self._first_waited = False
         self.parent = os.getppid()
         self._fresh_checked = False
         self._tail_checked = False
@@ -312,6 +314,13 @@ class _QueryRun:
         buffer, intake = self._subscribed(start)
         if self.available_now_left is not None:
             most = min(most, self.available_now_left)
+            if not self._first_waited and buffer.buffered == 0:
+                # A live publisher (a broker, a socket) may take longer than fillWaitMs to
+                # connect and signal its first element; ending at fillWaitMs would make
+                # every availableNow run read nothing. The first wait of a run lasts up to
+                # subscribeTimeoutMs, for one element (or the end of the stream).
+                buffer.wait(1, self.options.subscribe_timeout_ms / 1000, self._orphaned)
+            self._first_waited = True
         buffer.wait(most, self.options.fill_wait_ms / 1000, self._orphaned)
         self._check_orphaned()
         try:
@@ -389,7 +398,8 @@ class _QueryRun:
             buffer.limit_demand(max(0, beyond - buffer.outstanding))
         log.info("reactive source: availableNow takes at most %d elements beyond the %d "
                  "held now, then ends (availableNowMaxRecords), or sooner if the publisher "
-                 "completes or pauses for %d ms", beyond,
+                 "completes or pauses for %d ms (the first element: up to "
+                 "subscribeTimeoutMs)", beyond,
                  buffer.buffered if buffer else 0, self.options.fill_wait_ms)
 
     def starting_fresh(self) -> None:

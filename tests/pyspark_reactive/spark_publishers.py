@@ -253,6 +253,18 @@ def queue(options: Mapping[str, str]) -> Publisher[int]:
     return QueuePublisher(options["emittedTo"])
 
 
+def slow_start(options: Mapping[str, str]) -> Publisher[int]:
+    """``count`` ints from 0, the first only ``delayMs`` after it is first asked for: a
+    publisher that takes a while to connect (a broker, a socket)."""
+    delay, count = int(options["delayMs"]) / 1000, int(options["count"])
+
+    def late() -> Any:
+        time.sleep(delay)
+        yield from range(count)
+
+    return IterablePublisher(late)
+
+
 # -- publishers and factories that break the rules (test_bad_publishers.py) ---------------
 
 

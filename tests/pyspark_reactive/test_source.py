@@ -166,6 +166,20 @@ def test_available_now_drains_the_publisher_and_stops(spark: SparkSession,
         assert rows == list(range(500))
 
 
+def test_available_now_waits_for_a_publisher_slower_to_start_than_fill_wait(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # A publisher that connects for longer than fillWaitMs (an MQTT broker, a socket) must
+    # not make a scheduled availableNow run end having read nothing. (Spark's own calls
+    # before the first batch take a few seconds, which a shorter delay would hide.)
+    df = reactive(spark, publisher="spark_publishers:slow_start", delayMs=6000, count=40,
+                  fillWaitMs=100).schema("value BIGINT").load()
+    query, name = to_memory(df, queries, tmp_path, availableNow=True)
+    assert watch.wait_terminated(query) is None
+    rows = sorted(r.value for r in spark.table(name).collect())
+    assert rows == list(range(40))
+
+
 def _kept_in_log(wal: Path, end: int) -> list[int]:
     """The rows the write-ahead log holds from offset ``end`` on: no batch has them yet."""
     log = WriteAheadLog(str(wal))
