@@ -132,6 +132,14 @@ def pairs(options: Mapping[str, str]) -> Publisher[Any]:
     return IterablePublisher([element(i) for i in range(count)])
 
 
+def described(options: Mapping[str, str]) -> Publisher[Any]:
+    """``pairs`` with the schema it needs as the factory's ``default_schema``."""
+    return pairs(options)
+
+
+described.default_schema = lambda options: "id BIGINT, name STRING"  # type: ignore[attr-defined]
+
+
 class _Ledger:
     """A durable cursor: how many elements were ever handed out, across query runs."""
 

@@ -180,6 +180,14 @@ def test_available_now_waits_for_a_publisher_slower_to_start_than_fill_wait(
     assert rows == list(range(40))
 
 
+def test_a_factory_s_default_schema_is_the_schema_when_none_is_given(
+        spark: SparkSession) -> None:
+    described = reactive(spark, publisher="spark_publishers:described", count=3).load()
+    assert described.schema.simpleString() == "struct<id:bigint,name:string>"
+    plain = reactive(spark, publisher="spark_publishers:pairs", count=3).load()
+    assert plain.schema.simpleString() == "struct<value:string>"
+
+
 def _kept_in_log(wal: Path, end: int) -> list[int]:
     """The rows the write-ahead log holds from offset ``end`` on: no batch has them yet."""
     log = WriteAheadLog(str(wal))
