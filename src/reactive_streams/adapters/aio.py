@@ -1,0 +1,353 @@
+"""asyncio and Reactive Streams: ``async for`` over any Publisher, and a Publisher over any
+async iterable. Both keep backpressure: the iterator requests only what its buffer of
+``prefetch`` elements can hold, and the publisher reads its async iterable only on demand.
+No extra is needed: asyncio is in the standard library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from typing import Final, Generic, TypeVar
+
+from ..api import Publisher, Subscriber, Subscription
+from ..publishers import AsyncIterablePublisher
+from ..signalling import COMPLETE, SerialWorker, Terminal, require_not_none
+
+__all__ = ["DEFAULT_PREFETCH", "IteratorSubscriber", "from_async_iterable", "iterate"]
+
+T = TypeVar("T")
+
+#: Elements requested ahead of the consumer when no ``prefetch`` is given.
+DEFAULT_PREFETCH: Final[int] = 256
+
+
+def _checked_prefetch(prefetch: object) -> int:
+    if type(prefetch) is not int or prefetch < 1:
+        raise ValueError(f"prefetch must be a positive int (elements requested ahead of the "
+                         f"consumer, e.g. {DEFAULT_PREFETCH}), got {prefetch!r}")
+    return prefetch
+
+
+class IteratorSubscriber(SerialWorker, Subscriber[T], Generic[T]):
+    """A Subscriber that is consumed with ``async for``; :func:`iterate` is built on it.
+
+    Use it directly when the Subscriber object itself is needed, say to subscribe it to a
+    Processor, and :func:`iterate` otherwise. Signals may arrive on any thread: elements
+    go into a buffer of at most ``prefetch`` and a waiting ``__anext__`` is woken through
+    its event loop (``call_soon_threadsafe``).
+
+    Demand: ``prefetch`` is requested in ``on_subscribe``; then, each time the consumer
+    has taken ``max(1, prefetch // 2)`` elements, that many more are requested, so
+    requested-and-not-received plus buffered never exceeds ``prefetch``. An element beyond
+    demand (a publisher breaking §1.1) fails the iteration with ``RuntimeError``.
+
+    The end of the stream ends the iteration (``StopAsyncIteration``) once the buffer is
+    empty; ``on_error`` is raised from ``__anext__`` after the elements buffered before it,
+    once, then the iteration ends. :meth:`cancel`, :meth:`aclose`, leaving an ``async
+    with`` block, and cancelling a task waiting in ``__anext__`` all cancel the
+    subscription (§3.7: any number of times) and drop what is buffered.
+
+    Parameters
+    ----------
+    prefetch : int
+        Elements requested ahead of the consumer, a positive int.
+
+    Raises
+    ------
+    ValueError
+        If ``prefetch`` is not a positive int.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> from reactive_streams import RangePublisher
+    >>> from reactive_streams.adapters.aio import IteratorSubscriber
+    >>> async def main():
+    ...     async with IteratorSubscriber(prefetch=4) as elements:
+    ...         RangePublisher(0, 10).subscribe(elements)
+    ...         return [x async for x in elements]
+    >>> asyncio.run(main())
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+
+    def __init__(self, prefetch: int = DEFAULT_PREFETCH) -> None:
+        super().__init__()  # no dispatch: subscription calls run on the caller's thread
+        self.prefetch = _checked_prefetch(prefetch)
+        self._refill_at = max(1, prefetch // 2)
+        self._buffer: collections.deque[T] = collections.deque()
+        self._subscription: Subscription | None = None
+        self._outstanding = 0  # requested (or about to be) and not yet received
+        self._taken = 0  # taken by the consumer since the last request
+        self._to_request = 0  # decided, not yet passed to the subscription
+        self._cancel_pending = False  # decided, not yet passed to the subscription
+        self._cancelled = False
+        self._terminal: Terminal | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    # -- Subscriber: any thread ------------------------------------------------------------
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        require_not_none(subscription, "on_subscribe's subscription", "§2.13")
+        with self._lock:
+            if self._subscription is not None or self._terminal is not None:
+                second = True  # §2.5: one active subscription at a time
+            else:
+                second = False
+                self._subscription = subscription
+                if not self._cancelled:
+                    self._outstanding = self._to_request = self.prefetch
+        if second:
+            subscription.cancel()
+            return
+        self._schedule()  # requests prefetch, or cancels if cancel() came first
+
+    def on_next(self, element: T) -> None:
+        require_not_none(element, "on_next's element", "§2.13")
+        with self._lock:
+            if self._cancelled or self._terminal is not None:
+                return  # §2.8: elements may still arrive after cancel
+            excess = self._outstanding == 0
+            if excess:
+                self._terminal = RuntimeError(
+                    "§1.1: the publisher signalled an element beyond the demand of this "
+                    f"iterator (prefetch={self.prefetch}); the subscription is cancelled")
+                self._cancel_pending = True
+            else:
+                self._outstanding -= 1
+                self._buffer.append(element)
+            waiter, self._waiter = self._waiter, None
+        if excess:
+            self._schedule()
+        _wake(waiter)
+
+    def on_error(self, error: BaseException) -> None:
+        require_not_none(error, "on_error's error", "§2.13")
+        self._end(error)
+
+    def on_complete(self) -> None:
+        self._end(COMPLETE)
+
+    def _end(self, terminal: Terminal) -> None:
+        with self._lock:
+            if self._cancelled or self._terminal is not None:
+                return
+            self._terminal = terminal
+            self._subscription = None  # §2.4: the subscription is over
+            waiter, self._waiter = self._waiter, None
+        _wake(waiter)
+
+    # -- consumer: the event loop's thread ---------------------------------------------------
+
+    def __aiter__(self) -> IteratorSubscriber[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        while True:
+            with self._lock:
+                if self._buffer:
+                    element = self._buffer.popleft()
+                    self._taken += 1
+                    refill = self._taken >= self._refill_at and self._subscription is not None \
+                        and not self._cancelled
+                    if refill:
+                        self._outstanding += self._taken
+                        self._to_request += self._taken
+                        self._taken = 0
+                    break
+                terminal = self._terminal
+                if terminal is not None or self._cancelled:
+                    self._cancelled = True  # the iteration is over: raise the error once
+                    self._terminal = COMPLETE
+                    if isinstance(terminal, BaseException):
+                        raise terminal
+                    raise StopAsyncIteration
+                if self._waiter is not None:
+                    raise RuntimeError("IteratorSubscriber: __anext__ is already awaited "
+                                       "by another task; consume it from one task at a time")
+                waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self.cancel()  # the consuming task was cancelled: so is the subscription
+                raise
+        if refill:
+            self._schedule()
+        return element
+
+    def cancel(self) -> None:
+        """Cancel the subscription from any thread; returns at once, harmless if repeated.
+
+        Buffered elements are dropped, and a waiting ``__anext__`` ends the iteration.
+        """
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = self._cancel_pending = True
+            self._buffer.clear()
+            waiter, self._waiter = self._waiter, None
+        self._schedule()
+        _wake(waiter)
+
+    async def aclose(self) -> None:
+        """Cancel the subscription (as :meth:`cancel`)."""
+        self.cancel()
+
+    async def __aenter__(self) -> IteratorSubscriber[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.cancel()
+
+    @property
+    def buffered(self) -> int:
+        """Elements received and not yet taken by the consumer."""
+        return len(self._buffer)
+
+    # -- calls on the subscription, serialised (§2.7) by the work-in-progress loop -----------
+
+    def _work(self) -> bool:
+        with self._lock:
+            subscription = self._subscription
+            if subscription is None:
+                return False  # not subscribed yet (on_subscribe schedules again), or over
+            cancel = self._cancel_pending
+            if cancel:
+                self._subscription = None
+            n, self._to_request = self._to_request, 0
+        if cancel:
+            subscription.cancel()  # §3.5: returns at once
+        elif n > 0:
+            subscription.request(n)  # may deliver on_next inline: they only buffer
+        return False
+
+    def _work_failed(self, error: BaseException) -> None:
+        # The subscription raised from request or cancel (breaking §3.15, §3.16): the
+        # iteration fails with that error.
+        with self._lock:
+            self._subscription = None
+            if self._terminal is None and not self._cancelled:
+                self._terminal = error
+            waiter, self._waiter = self._waiter, None
+        _wake(waiter)
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    """Resolve a waiting ``__anext__``'s future on its own loop, from any thread."""
+    if waiter is None:
+        return
+    try:
+        waiter.get_loop().call_soon_threadsafe(_resolve, waiter)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits any more
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # a cancelled waiter stays cancelled
+        waiter.set_result(None)
+
+
+def iterate(publisher: Publisher[T], prefetch: int = DEFAULT_PREFETCH) -> AsyncGenerator[T, None]:
+    """Iterate over any Publisher with ``async for``, with bounded demand.
+
+    The publisher is subscribed when the iteration starts (the first ``__anext__``). At
+    most ``prefetch`` elements are requested ahead of the consumer: ``prefetch`` at first,
+    then more in batches of ``max(1, prefetch // 2)`` as the consumer takes them (see
+    :class:`IteratorSubscriber`). Signals may arrive on any thread.
+
+    An ``on_error`` is raised in the ``async for`` after the elements that came before
+    it. Leaving the loop early cancels the subscription: at once with
+    ``contextlib.aclosing`` or an explicit ``aclose()``, else when the generator is
+    finalised. Cancelling the task that iterates cancels it too.
+
+    Parameters
+    ----------
+    publisher : Publisher
+        Any publisher.
+    prefetch : int
+        Elements requested ahead of the consumer, a positive int.
+
+    Returns
+    -------
+    AsyncGenerator
+        The elements, in order.
+
+    Raises
+    ------
+    ValueError
+        If ``prefetch`` is not a positive int.
+    TypeError
+        If ``publisher`` is ``None``.
+
+    Examples
+    --------
+    >>> import asyncio, contextlib
+    >>> from reactive_streams import RangePublisher
+    >>> from reactive_streams.adapters.aio import iterate
+    >>> async def main():
+    ...     async with contextlib.aclosing(iterate(RangePublisher(0, 1000), prefetch=8)) as xs:
+    ...         async for x in xs:
+    ...             if x == 3:
+    ...                 break  # leaving the block cancels the subscription
+    ...     return x
+    >>> asyncio.run(main())
+    3
+    >>> iterate(RangePublisher(0, 1), prefetch=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: prefetch must be a positive int (elements requested ahead of the consumer, \
+e.g. 256), got 0
+    """
+    require_not_none(publisher, "the publisher", "iterate")
+    return _iterate(publisher, IteratorSubscriber[T](prefetch))
+
+
+async def _iterate(publisher: Publisher[T],
+                   subscriber: IteratorSubscriber[T]) -> AsyncGenerator[T, None]:
+    try:
+        publisher.subscribe(subscriber)
+        async for element in subscriber:
+            yield element
+    finally:
+        subscriber.cancel()  # break, aclose(), finalisation, task cancellation
+
+
+def from_async_iterable(
+        async_iterable_or_factory: AsyncIterable[T] | Callable[[], AsyncIterable[T]],
+        *, loop: asyncio.AbstractEventLoop | None = None) -> Publisher[T]:
+    """A Publisher over an async iterable, read only on demand.
+
+    The same publisher as :class:`reactive_streams.AsyncIterablePublisher`: each
+    subscription runs one task that awaits the next element only while requested elements
+    are missing; an exception from the iterable becomes ``on_error``; cancel stops the
+    task and closes the iterator (an async generator's ``finally`` runs).
+
+    Parameters
+    ----------
+    async_iterable_or_factory : async iterable, or callable returning one
+        A factory (an async generator function, say) serves every subscriber afresh; a
+        one-shot async iterator serves the first subscriber only.
+    loop : asyncio.AbstractEventLoop, optional
+        A running loop to read the iterable on; pass the loop the iterable belongs to
+        (``asyncio.get_running_loop()``) when it uses that loop's objects (queues,
+        streams). If omitted, the publisher runs a loop of its own on a thread while it
+        has live subscriptions.
+
+    Returns
+    -------
+    Publisher
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> from reactive_streams import collect
+    >>> from reactive_streams.adapters.aio import from_async_iterable
+    >>> async def squares():
+    ...     for i in range(4):
+    ...         await asyncio.sleep(0)
+    ...         yield i * i
+    >>> collect(from_async_iterable(squares), timeout=5)
+    [0, 1, 4, 9]
+    """
+    return AsyncIterablePublisher(async_iterable_or_factory, loop)
