@@ -1,0 +1,939 @@
+"""RSocket request-streams as Reactive Streams, both ways (extra ``rsocket``).
+
+:class:`RSocketPublisher` subscribes to a request-stream of a remote RSocket server, so the
+subscriber's ``request(n)`` travels to the server as REQUEST_N; :func:`serve` answers
+request-streams from a local Publisher, so each remote REQUEST_N becomes ``request(n)``.
+Both run the protocol on an asyncio event loop on a thread they own (rsocket-py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+from .. import Publisher, Subscriber, Subscription
+from ..api import UNBOUNDED
+from ..runners import LoopRunner, ThreadRunner
+from ..signalling import COMPLETE, Emitter, SerialWorker, Source, Terminal, require_not_none
+from ._extras import require
+
+_FEATURE = "the RSocket adapter"
+_client = require("rsocket.rsocket_client", "rsocket", _FEATURE)
+_server = require("rsocket.rsocket_server", "rsocket", _FEATURE)
+_tcp = require("rsocket.transports.tcp", "rsocket", _FEATURE)
+_payload = require("rsocket.payload", "rsocket", _FEATURE)
+_helpers = require("rsocket.helpers", "rsocket", _FEATURE)
+_handler = require("rsocket.request_handler", "rsocket", _FEATURE)
+_frames = require("rsocket.frame_builders", "rsocket", _FEATURE)
+_metadata = require("rsocket.extensions.helpers", "rsocket", _FEATURE)
+_composite = require("rsocket.extensions.composite_metadata", "rsocket", _FEATURE)
+_routing = require("rsocket.extensions.routing", "rsocket", _FEATURE)
+_mimetypes = require("rsocket.extensions.mimetypes", "rsocket", _FEATURE)
+
+__all__ = [
+    "MAX_REQUEST_N",
+    "UNBOUNDED_REQUEST_N",
+    "RSocketPublisher",
+    "RSocketService",
+    "RemoteStreamError",
+    "StreamRequest",
+    "serve",
+]
+
+T = TypeVar("T")
+
+log = logging.getLogger("reactive_streams.adapters.rsocket")
+
+Payload = _payload.Payload
+# rsocket-py's handler base class; it carries no type information.
+_BaseRequestHandler: Any = _handler.BaseRequestHandler
+
+#: REQUEST_N of ``2**31 - 1`` means "unbounded" in RSocket (as ``2**63 - 1`` does in §3.17).
+UNBOUNDED_REQUEST_N: Final[int] = 2**31 - 1
+#: The largest bounded REQUEST_N: larger demand is sent in pieces of at most this many.
+MAX_REQUEST_N: Final[int] = 2**31 - 2
+#: How many payloads a served stream asks its local publisher for ahead of those written
+#: to the connection, whatever the remote demand (bounds the memory of unbounded demand).
+DEFAULT_PREFETCH: Final[int] = 4096
+COMPOSITE_METADATA: Final = _mimetypes.WellKnownMimeTypes.MESSAGE_RSOCKET_COMPOSITE_METADATA
+_READ_BUFFER = 1 << 16
+# How long closing a connection waits for a CANCEL frame to be written before it closes.
+_CANCEL_WRITE_S = 2.0
+
+
+class RemoteStreamError(ConnectionError):
+    """A remote request-stream failed: the server's ERROR frame, a refused or lost
+    connection, or a payload that could not be decoded. The message names the server
+    (``host:port``) and the route.
+
+    Attributes
+    ----------
+    address : str
+        ``host:port`` of the server.
+    route : str or None
+        The route requested.
+    """
+
+    def __init__(self, address: str, route: str | None, what: str) -> None:
+        self.address = address
+        self.route = route
+        where = f"route {route!r}" if route is not None else "no route"
+        super().__init__(f"RSocket request-stream from {address} ({where}): {what}")
+
+
+def _check_endpoint(owner: str, host: object, port: object) -> None:
+    if not isinstance(host, str) or not host.strip():
+        raise ValueError(f"{owner}: host={host!r} is not accepted: a host name or address")
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise ValueError(f"{owner}: port={port!r} is not accepted: an int from 1 to 65535 "
+                         "(0 only to serve on a free port)")
+
+
+class RSocketPublisher(Publisher[T], Generic[T]):
+    """Publishes the payloads of a request-stream of a remote RSocket server (TCP).
+
+    Each subscription opens its own connection when it is made, and sends REQUEST_STREAM
+    with the subscriber's first ``request(n)`` as its initial request, then every later
+    ``request(n)`` as REQUEST_N: the server never has more outstanding demand than the
+    subscriber gave. Demand above :data:`MAX_REQUEST_N` outstanding is sent in pieces as
+    payloads arrive; unbounded demand (``2**63 - 1``, §3.17) is sent once as RSocket's
+    unbounded :data:`UNBOUNDED_REQUEST_N`. ``cancel`` sends CANCEL and closes the
+    connection; so does the end of the stream. The protocol runs on an event loop on a
+    thread the publisher owns while it has subscriptions, and signals are sent from a
+    thread of each subscription's own, so a slow subscriber never holds up the
+    connection's keep-alives.
+
+    Parameters
+    ----------
+    host : str
+        The server's host name or address.
+    port : int
+        The server's TCP port.
+    route : str, optional
+        Sent as routing metadata (composite metadata, as Spring's ``@MessageMapping``
+        expects). ``None``: no metadata.
+    data : bytes
+        The request's data (empty by default).
+    metadata : bytes, optional
+        The request's raw metadata, when no ``route`` is given.
+    decode : callable, optional
+        ``decode(data: bytes) -> element`` for each payload; default: the data as
+        ``bytes``. An exception, or ``None``, fails the stream naming the payload.
+    data_mime_type : str
+        Announced in the SETUP frame (``application/octet-stream`` by default).
+    connect_timeout : float
+        Seconds to wait for the TCP connection.
+
+    Raises
+    ------
+    ValueError
+        For a ``host``, ``port`` or ``connect_timeout`` not accepted, or ``route`` and
+        ``metadata`` both given.
+
+    Notes
+    -----
+    A refused or lost connection, an ERROR frame and a ``decode`` failure reach the
+    subscriber as ``on_error(RemoteStreamError)``, whose message names ``host:port`` and
+    the route. Creating the publisher connects nowhere.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher, collect
+    >>> with serve(RangePublisher(5, 3), encode=lambda i: str(i).encode()) as service:
+    ...     collect(RSocketPublisher("127.0.0.1", service.port, decode=int), timeout=10)
+    [5, 6, 7]
+    """
+
+    def __init__(self, host: str, port: int, route: str | None = None, data: bytes = b"",
+                 metadata: bytes | None = None, decode: Callable[[bytes], T] | None = None,
+                 data_mime_type: str = "application/octet-stream",
+                 connect_timeout: float = 10.0) -> None:
+        _check_endpoint("RSocketPublisher", host, port)
+        if port == 0:
+            raise ValueError("RSocketPublisher: port=0 is not accepted: an int from 1 to 65535")
+        if route is not None and metadata is not None:
+            raise ValueError("RSocketPublisher: give route or metadata, not both (route is "
+                             "sent as composite metadata)")
+        if not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
+            raise ValueError(f"RSocketPublisher: connect_timeout={connect_timeout!r} is not "
+                             "accepted: a positive number of seconds")
+        self.host = host
+        self.port = port
+        self.route = route
+        self.data = bytes(data)
+        self.metadata = metadata
+        self.decode = decode
+        self.data_mime_type = data_mime_type
+        self.connect_timeout = float(connect_timeout)
+        self._runner = LoopRunner(name="rsocket-publisher")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def subscribe(self, subscriber: Subscriber[T]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        signals = ThreadRunner(max_workers=1, name="rsocket-publisher-signals")
+        self._runner.acquire()
+        stream: _RemoteStream[T] = _RemoteStream(self, self._runner, signals)
+        emitter: _DemandEmitter[T] = _DemandEmitter(subscriber, stream, signals.acquire())
+        stream.emitter = emitter
+        emitter.start()
+        stream.open()
+
+    def __repr__(self) -> str:
+        return f"RSocketPublisher({self.address}, route={self.route!r})"
+
+
+class _DemandEmitter(Emitter[T], Generic[T]):
+    """An Emitter that also hands each valid ``request(n)`` to the remote stream."""
+
+    def __init__(self, subscriber: Subscriber[T], stream: _RemoteStream[T],
+                 dispatch: Any) -> None:
+        super().__init__(subscriber, stream, dispatch)
+        self._stream = stream
+
+    def request(self, n: int) -> None:
+        if type(n) is int and n > 0 and not self.done and not self.cancelled:
+            self._stream.add_demand(n)
+        super().request(n)  # §3.9 for the others, and the local demand accounting
+
+
+class _ResponseSubscriber:
+    """rsocket-py's subscriber of the request-stream; called on the loop's thread."""
+
+    def __init__(self, stream: _RemoteStream[Any]) -> None:
+        self._stream = stream
+
+    def on_subscribe(self, subscription: Any) -> None:
+        pass
+
+    def on_next(self, value: Any, is_complete: bool = False) -> None:
+        self._stream.arrived(value, is_complete)
+
+    def on_error(self, exception: Exception) -> None:
+        self._stream.remote_failed(exception)
+
+    def on_complete(self) -> None:
+        self._stream.remote_completed()
+
+
+class _ClientHandler(_BaseRequestHandler):  # type: ignore[misc]
+    """Connection-level events of a publisher's connection."""
+
+    def __init__(self, stream: _RemoteStream[Any]) -> None:
+        super().__init__()
+        self._stream = stream
+
+    async def on_error(self, error_code: Any, payload: Any) -> None:
+        # An ERROR frame on stream 0 (the SETUP was rejected, say): the connection's end
+        # follows; keep its reason for the stream's error.
+        code = getattr(error_code, "name", error_code)
+        self._stream.connection_error = f"{code}: {_text(payload.data)}"
+
+    async def on_connection_error(self, rsocket: Any, exception: Exception) -> None:
+        self._stream.remote_failed(exception)
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", "replace")
+
+
+class _RemoteStream(Source[T], Generic[T]):
+    """One subscription's request-stream. Everything but :meth:`pull`, :meth:`close` and
+    :meth:`add_demand` runs on the loop's thread; those three only hand work to it."""
+
+    def __init__(self, publisher: RSocketPublisher[T], runner: LoopRunner,
+                 signals: ThreadRunner) -> None:
+        self._publisher = publisher
+        self._runner = runner
+        self._signals = signals
+        self._loop = runner.loop
+        self.emitter: _DemandEmitter[T] | None = None
+        self._ready: collections.deque[T] = collections.deque()
+        self._terminal: Terminal | None = None
+        self.connection_error = ""
+        # Loop thread only.
+        self._client: Any = None
+        self._requester: Any = None
+        self._opening: asyncio.Task[None] | None = None
+        self._connected = False
+        self._closed = False
+        self._finished = False  # the remote stream ended (terminal frame received or sent)
+        self._requested = 0  # the subscriber's demand, in total (capped at UNBOUNDED)
+        self._unsent = 0  # of it, not yet sent to the server
+        self._outstanding = 0  # sent to the server and not yet answered with a payload
+        self._unbounded = False  # UNBOUNDED_REQUEST_N has been sent
+        self._received = 0
+        self._cancel_written: asyncio.Future[None] | None = None
+
+    # -- any thread ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        self._loop.call_soon_threadsafe(self._start_opening)
+
+    def add_demand(self, n: int) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._demand, n)
+        except RuntimeError:
+            pass  # the loop is closed: the subscription has ended (§3.6)
+
+    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+        ready = self._ready
+        taken = [ready.popleft() for _ in range(min(n, len(ready)))]
+        terminal = self._terminal  # set after the last element was appended
+        return taken, (terminal if terminal is not None and not ready else None)
+
+    def close(self) -> None:
+        # Once, from the emitter, on cancel or after the terminal signal.
+        self.emitter = None
+        try:
+            self._loop.call_soon_threadsafe(self._start_closing)
+        finally:
+            self._signals.release()
+
+    # -- the loop's thread -------------------------------------------------------------------
+
+    def _error(self, what: str) -> RemoteStreamError:
+        return RemoteStreamError(self._publisher.address, self._publisher.route, what)
+
+    def _end(self, terminal: Terminal) -> None:
+        if self._terminal is None:
+            self._terminal = terminal
+            self._finished = True
+            self._notify()
+
+    def _notify(self) -> None:
+        emitter = self.emitter
+        if emitter is not None:
+            emitter.signal()
+
+    def _start_opening(self) -> None:
+        if not self._closed:
+            self._opening = self._loop.create_task(self._open())
+
+    async def _open(self) -> None:
+        publisher = self._publisher
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(publisher.host, publisher.port),
+                publisher.connect_timeout)
+        except asyncio.TimeoutError:
+            self._end(self._error(f"no connection within {publisher.connect_timeout:g} s"))
+            return
+        except OSError as error:
+            self._end(self._error(f"cannot connect: {error}"))
+            return
+        transport = _tcp.TransportTCP(reader, writer, read_buffer_size=_READ_BUFFER)
+        self._client = _client.RSocketClient(
+            _helpers.single_transport_provider(transport),
+            handler_factory=lambda: _ClientHandler(self),
+            data_encoding=publisher.data_mime_type.encode(),
+            metadata_encoding=COMPOSITE_METADATA)
+        await self._client.connect()
+        self._connected = True
+        self._send_demand()
+
+    def _demand(self, n: int) -> None:
+        if self._closed or self._unbounded:
+            return
+        total = self._requested + n
+        if total >= UNBOUNDED:
+            added = UNBOUNDED - self._requested
+            self._requested = UNBOUNDED
+        else:
+            added, self._requested = n, total
+        self._unsent += added
+        self._send_demand()
+
+    def _send_demand(self) -> None:
+        if not self._connected or self._closed or self._finished or self._unbounded:
+            return
+        if self._requested == UNBOUNDED:
+            n = UNBOUNDED_REQUEST_N  # §3.17 demand is RSocket's unbounded demand
+            self._unbounded = True
+            self._unsent = 0
+        else:
+            # Top up only once the server holds at most half of the largest frame's worth:
+            # ordinary demand goes out at once, exactly; huge demand in few frames.
+            if self._unsent == 0 or self._outstanding > MAX_REQUEST_N // 2:
+                return
+            n = min(self._unsent, MAX_REQUEST_N - self._outstanding)
+            self._unsent -= n
+            self._outstanding += n
+        if self._requester is None:
+            publisher = self._publisher
+            metadata = (_metadata.composite(_metadata.route(publisher.route))
+                        if publisher.route is not None else publisher.metadata)
+            requester = self._client.request_stream(Payload(publisher.data, metadata))
+            requester.initial_request_n(n)
+            self._requester = requester
+            requester.subscribe(_ResponseSubscriber(self))
+        else:
+            self._requester.request(n)
+
+    def arrived(self, payload: Any, is_complete: bool) -> None:
+        if self._finished:
+            return
+        self._received += 1
+        if not self._unbounded:
+            self._outstanding -= 1
+            if self._outstanding < 0:
+                self._cancel_remote()
+                self._end(self._error(f"the server sent payload #{self._received} beyond the "
+                                      "demand it was given (§1.1)"))
+                return
+        data = payload.data if payload.data is not None else b""
+        decode = self._publisher.decode
+        if decode is None:
+            element: Any = bytes(data)
+        else:
+            try:
+                element = decode(bytes(data))
+                if element is None:
+                    raise TypeError("decode returned None; elements must not be None (§2.13)")
+            except Exception as error:
+                self._cancel_remote()
+                self._end(self._error(f"decode failed on payload #{self._received} "
+                                      f"({_preview(data)}): {type(error).__name__}: {error}"))
+                return
+        self._ready.append(element)
+        if is_complete:
+            self._end(COMPLETE)
+            return
+        self._notify()
+        if self._unsent:
+            self._send_demand()
+
+    def remote_completed(self) -> None:
+        self._end(COMPLETE)
+
+    def remote_failed(self, error: BaseException) -> None:
+        if self._finished:
+            return
+        code = getattr(getattr(error, "error_code", None), "name", None)
+        if code in ("CONNECTION_ERROR", "CONNECTION_CLOSE"):
+            why = self.connection_error or "the connection closed before the stream completed"
+            self._end(self._error(f"connection lost: {why}"))
+        elif code is not None:
+            self._end(self._error(f"the server answered with error {code}: "
+                                  f"{getattr(error, 'data', '') or error}"))
+        else:
+            self._end(self._error(f"the server answered with an error: {error}"))
+
+    def _cancel_remote(self) -> None:
+        """Send CANCEL for a stream under way (idempotent)."""
+        requester = self._requester
+        if requester is None or self._finished:
+            return
+        self._finished = True
+        frame = _frames.to_cancel_frame(requester.stream_id)
+        frame.sent_future = self._loop.create_future()
+        self._client.send_frame(frame)
+        self._client.finish_stream(requester.stream_id)
+        self._cancel_written = frame.sent_future
+
+    def _start_closing(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.create_task(self._shut())
+
+    async def _shut(self) -> None:
+        try:
+            opening = self._opening
+            if opening is not None and not opening.done():
+                opening.cancel()
+                await asyncio.gather(opening, return_exceptions=True)
+            if self._client is not None:
+                self._cancel_remote()
+                written = self._cancel_written
+                if written is not None:
+                    # The CANCEL first, then the connection's end.
+                    await asyncio.wait([written], timeout=_CANCEL_WRITE_S)
+                try:
+                    await self._client.close()
+                except Exception:
+                    log.debug("closing the connection to %s failed", self._publisher.address,
+                              exc_info=True)
+        finally:
+            self._client = None
+            self._requester = None
+            self._runner.release()
+
+
+def _preview(data: bytes, limit: int = 40) -> str:
+    shown = repr(bytes(data[:limit]))
+    return f"{shown}{'...' if len(data) > limit else ''}, {len(data)} bytes"
+
+
+# -- serving a Publisher ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """A remote client's REQUEST_STREAM, as a publisher factory given to :func:`serve` sees it.
+
+    Attributes
+    ----------
+    route : str or None
+        The route of its routing metadata, if any.
+    data : bytes
+        The request's data.
+    metadata : bytes
+        The request's raw metadata.
+    """
+
+    route: str | None
+    data: bytes
+    metadata: bytes
+
+
+PublisherOrFactory = Publisher[Any] | Callable[[StreamRequest], Publisher[Any]]
+
+
+def _default_encode(element: Any) -> Any:
+    if isinstance(element, Payload):
+        return element
+    if isinstance(element, (bytes, bytearray, memoryview)):
+        return Payload(bytes(element))
+    if isinstance(element, str):
+        return Payload(element.encode("utf-8"))
+    raise TypeError(f"an element of type {type(element).__name__} cannot be sent as an RSocket "
+                    "payload as it is: serve() sends bytes and str (UTF-8); give it "
+                    "encode=<element -> bytes>")
+
+
+class RSocketService:
+    """A running RSocket server (TCP) answering request-streams from a Publisher; made by
+    :func:`serve`. Close it (or use it as a context manager) to stop serving: the
+    connections are closed and their subscriptions cancelled.
+
+    Attributes
+    ----------
+    host : str
+        The address it listens on.
+    port : int
+        The port it listens on (the one chosen when ``port=0`` was asked for).
+    route : str or None
+        The only route it answers (``None``: any).
+    """
+
+    def __init__(self, publisher_or_factory: PublisherOrFactory, route: str | None,
+                 encode: Callable[[Any], Any] | None, prefetch: int) -> None:
+        if isinstance(publisher_or_factory, Publisher):
+            publisher = publisher_or_factory
+            self._factory: Callable[[StreamRequest], Publisher[Any]] = lambda request: publisher
+        elif callable(publisher_or_factory):
+            self._factory = publisher_or_factory
+        else:
+            raise TypeError("serve: expected a Publisher or a callable (StreamRequest -> "
+                            f"Publisher), got {type(publisher_or_factory).__name__}")
+        if type(prefetch) is not int or prefetch < 1:
+            raise ValueError(f"serve: prefetch={prefetch!r} is not accepted: a positive int")
+        self.route = route
+        self.host = ""
+        self.port = 0
+        self._encode = encode
+        self.prefetch = prefetch
+        self._loop_runner = LoopRunner(name="rsocket-serve")
+        self._calls = ThreadRunner(max_workers=4, name="rsocket-serve-calls")
+        self._server: Any = None
+        self._connections: set[Any] = set()
+        self._closed = False
+        self._lock = threading.Lock()
+        self.streams_served = 0
+
+    def _start(self, host: str, port: int) -> None:
+        self._loop_runner.acquire()
+        self._dispatch = self._calls.acquire()
+        try:
+            asyncio.run_coroutine_threadsafe(self._listen(host, port),
+                                             self._loop_runner.loop).result(30)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _listen(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._accept, host, port)
+        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closed:
+            writer.close()
+            return
+        connection = _server.RSocketServer(
+            _tcp.TransportTCP(reader, writer, read_buffer_size=_READ_BUFFER),
+            handler_factory=lambda: _ServeHandler(self))
+        self._connections.add(connection)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop listening, close every connection (cancelling its subscriptions) and the
+        loop. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._loop_runner.running:
+            try:
+                asyncio.run_coroutine_threadsafe(self._shut(),
+                                                 self._loop_runner.loop).result(timeout)
+            except Exception:
+                log.warning("closing the RSocket service on %s failed", self.address,
+                            exc_info=True)
+            self._loop_runner.release()
+            self._calls.release()
+
+    async def _shut(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for connection in list(self._connections):
+            try:
+                await connection.close()
+            except Exception:
+                log.debug("closing an RSocket connection failed", exc_info=True)
+        self._connections.clear()
+
+    def __enter__(self) -> RSocketService:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RSocketService({self.address}, route={self.route!r})"
+
+    # -- for the streams ---------------------------------------------------------------------
+
+    def _publisher_for(self, request: StreamRequest) -> Publisher[Any]:
+        publisher = self._factory(request)
+        if not isinstance(publisher, Publisher):
+            raise TypeError(f"the publisher factory returned {type(publisher).__name__}, not "
+                            "a Publisher")
+        return publisher
+
+    def _payload(self, element: Any) -> Any:
+        encode = self._encode
+        if encode is None:
+            return _default_encode(element)
+        encoded = encode(element)
+        return encoded if isinstance(encoded, Payload) else Payload(bytes(encoded))
+
+
+def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", port: int = 0,
+          route: str | None = None, *, encode: Callable[[Any], Any] | None = None,
+          prefetch: int = DEFAULT_PREFETCH) -> RSocketService:
+    """Serve a Publisher as an RSocket request-stream over TCP.
+
+    Every remote REQUEST_STREAM subscribes to the publisher (or to a new one from the
+    factory), and the remote demand paces it: the initial request and each REQUEST_N
+    become ``request(n)`` on that subscription, RSocket's unbounded ``2**31 - 1`` becoming
+    unbounded demand; a remote CANCEL, or a closed connection, cancels it. Whatever the
+    remote demand, the subscription is asked for at most ``prefetch`` elements ahead of
+    those handed to the connection, so unbounded demand is served in steps. ``on_error``
+    becomes an ERROR frame (APPLICATION_ERROR) with the error's type and message, and
+    ``on_complete`` the stream's COMPLETE.
+
+    Parameters
+    ----------
+    publisher_or_factory : Publisher or callable
+        A Publisher every remote stream subscribes to, or ``factory(StreamRequest) ->
+        Publisher`` called for each (a failure becomes the stream's ERROR).
+    host : str
+        The address to listen on (``127.0.0.1`` by default: this machine only).
+    port : int
+        The port; 0 (default) picks a free one, see :attr:`RSocketService.port`.
+    route : str, optional
+        Answer only requests with this route (in composite routing metadata); others get
+        an ERROR naming the route served. ``None`` answers any.
+    encode : callable, optional
+        ``encode(element) -> bytes`` (or an ``rsocket.payload.Payload``). Default: bytes
+        as they are, ``str`` as UTF-8; any other element fails the stream, saying so.
+    prefetch : int
+        Elements asked of the local publisher ahead of those written (default 4096).
+
+    Returns
+    -------
+    RSocketService
+        Already listening; close it, or use it in a ``with`` block.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For arguments not accepted.
+    OSError
+        When the address cannot be bound.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher, collect
+    >>> with serve(RangePublisher(0, 3), encode=lambda i: str(i).encode()) as service:
+    ...     collect(RSocketPublisher("127.0.0.1", service.port, decode=int), timeout=10)
+    [0, 1, 2]
+    """
+    _check_endpoint("serve", host, port)
+    service = RSocketService(publisher_or_factory, route, encode, prefetch)
+    service._start(host, port)
+    return service
+
+
+class _ServeHandler(_BaseRequestHandler):  # type: ignore[misc]
+    """One connection of a service; called on the loop's thread."""
+
+    def __init__(self, service: RSocketService) -> None:
+        super().__init__()
+        self._service = service
+        self._composite = False
+
+    async def on_setup(self, data_encoding: bytes, metadata_encoding: bytes,
+                       payload: Any) -> None:
+        self._composite = metadata_encoding == COMPOSITE_METADATA.value.name
+
+    async def request_stream(self, payload: Any) -> Any:
+        metadata = bytes(payload.metadata or b"")
+        route = _route_of(metadata) if self._composite and metadata else None
+        service = self._service
+        if service.route is not None and route != service.route:
+            return _Refusal(RuntimeError(
+                f"no stream on route {route!r} here: this server serves route "
+                f"{service.route!r}"))
+        request = StreamRequest(route, bytes(payload.data or b""), metadata)
+        service.streams_served += 1
+        return _ServedStream(service, request).remote_end
+
+    async def on_close(self, rsocket: Any, exception: Exception | None = None) -> None:
+        self._service._connections.discard(rsocket)
+
+
+def _route_of(metadata: bytes) -> str | None:
+    try:
+        parsed = _composite.CompositeMetadata().parse(metadata)
+    except Exception:
+        return None
+    for item in parsed.items:
+        if isinstance(item, _routing.RoutingMetadata) and item.tags:
+            tag = item.tags[0]
+            return tag.decode("utf-8", "replace") if isinstance(tag, bytes) else str(tag)
+    return None
+
+
+class _Refusal:
+    """An rsocket-py publisher that answers with an ERROR at once."""
+
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    def subscribe(self, subscriber: Any) -> None:
+        subscriber.on_subscribe(self)
+        subscriber.on_error(self._error)
+
+    def request(self, n: int) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+class _RemoteEnd:
+    """What rsocket-py's responder sees of a served stream: its publisher and the remote
+    subscriber's subscription (request/cancel come from the loop's thread)."""
+
+    def __init__(self, stream: _ServedStream) -> None:
+        self._stream = stream
+
+    def subscribe(self, subscriber: Any) -> None:
+        self._stream.remote = subscriber
+        subscriber.on_subscribe(self)
+
+    def request(self, n: int) -> None:
+        self._stream.remote_request(n)
+
+    def cancel(self) -> None:
+        self._stream.remote_cancel()
+
+
+class _ServedStream(SerialWorker, Subscriber[Any]):
+    """A remote request-stream fed by a local subscription.
+
+    Calls on the local subscription (§2.7: one at a time) are made by this worker's loop on
+    the service's call threads, never on the event loop, so a synchronous publisher that
+    signals from inside ``request`` does not hold up the connection. Elements travel to
+    the event loop, where they are encoded and written in order.
+    """
+
+    def __init__(self, service: RSocketService, request: StreamRequest) -> None:
+        super().__init__(service._dispatch)
+        self._service = service
+        self._request = request
+        self._loop = service._loop_runner.loop
+        self.remote: Any = None  # rsocket-py's StreamSubscriber (loop thread)
+        self.remote_end = _RemoteEnd(self)
+        # Guarded by self._lock:
+        self._asked = 0  # remote demand in total (UNBOUNDED once unbounded)
+        self._forwarded = 0  # requested from the local subscription in total
+        self._received = 0  # elements the local publisher signalled
+        self._written = 0  # elements handed to the connection
+        self._cancel = False
+        self._invalid: int | None = None
+        self._ready: collections.deque[Any] = collections.deque()
+        self._terminal: Terminal | None = None
+        self._flush_pending = False
+        # Worker only:
+        self._subscription: Subscription | None = None
+        self._started = False
+        self._cancelled = False
+        # Loop only:
+        self._remote_done = False
+
+    # -- the remote side (loop thread) -------------------------------------------------------
+
+    def remote_request(self, n: int) -> None:
+        with self._lock:
+            if n <= 0:
+                self._invalid = n  # the local subscription answers it (§3.9)
+            elif n >= UNBOUNDED_REQUEST_N:
+                self._asked = UNBOUNDED
+            else:
+                self._asked = min(UNBOUNDED, self._asked + n)
+        self._schedule()
+
+    def remote_cancel(self) -> None:
+        self._remote_done = True
+        with self._lock:
+            self._cancel = True
+        self._schedule()
+
+    # -- the worker: calls on the local subscription ------------------------------------------
+
+    def _work(self) -> bool:
+        if not self._started:
+            self._started = True
+            try:
+                self._service._publisher_for(self._request).subscribe(self)
+            except Exception as error:
+                self._local_end(error)
+                return False
+        subscription = self._subscription
+        if subscription is None or self._cancelled:
+            return False
+        with self._lock:
+            cancel, invalid, self._invalid = self._cancel, self._invalid, None
+            n = 0
+            if not cancel:
+                room = self._service.prefetch - (self._forwarded - self._written)
+                n = min(self._asked - self._forwarded, room)
+                if n > 0:
+                    self._forwarded += n
+        if cancel:
+            self._cancelled = True
+            subscription.cancel()
+            return False
+        if invalid is not None:
+            subscription.request(invalid)
+        if n > 0:
+            subscription.request(n)
+        return False
+
+    def _work_failed(self, error: BaseException) -> None:
+        self._local_end(error)
+
+    # -- the local subscriber (the publisher's threads) ---------------------------------------
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        require_not_none(subscription, "the subscription", "§2.13")
+        if self._subscription is not None:
+            subscription.cancel()  # §2.5
+            return
+        self._subscription = subscription
+        self._schedule()
+
+    def on_next(self, element: Any) -> None:
+        require_not_none(element, "the element", "§2.13")
+        with self._lock:
+            self._received += 1
+            if self._received > self._forwarded:
+                excess = True
+            else:
+                excess = False
+                self._ready.append(element)
+        if excess:
+            self._local_end(RuntimeError(
+                f"§1.1: the publisher signalled element #{self._received}, beyond the "
+                f"{self._forwarded} requested"))
+            with self._lock:
+                self._cancel = True
+            self._schedule()
+            return
+        self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        require_not_none(error, "the error", "§2.13")
+        self._local_end(error)
+
+    def on_complete(self) -> None:
+        self._local_end(COMPLETE)
+
+    def _local_end(self, terminal: Terminal) -> None:
+        with self._lock:
+            if self._terminal is None:
+                self._terminal = terminal
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._lock:
+            if self._flush_pending:
+                return
+            self._flush_pending = True
+        try:
+            self._loop.call_soon_threadsafe(self._flush)
+        except RuntimeError:  # the loop is closed: the service was closed
+            pass
+
+    # -- writing (loop thread) -----------------------------------------------------------------
+
+    def _flush(self) -> None:
+        with self._lock:
+            elements = list(self._ready)
+            self._ready.clear()
+            self._flush_pending = False
+            terminal = self._terminal
+        remote = self.remote
+        if self._remote_done or remote is None:
+            return
+        for index, element in enumerate(elements):
+            try:
+                payload = self._service._payload(element)
+            except Exception as error:
+                self._remote_done = True
+                remote.on_error(RuntimeError(
+                    f"element #{self._written + index + 1} could not be encoded: "
+                    f"{type(error).__name__}: {error}"))
+                with self._lock:
+                    self._cancel = True
+                self._schedule()
+                return
+            remote.on_next(payload)
+        with self._lock:
+            self._written += len(elements)
+            more = self._asked > self._forwarded
+        if terminal is not None:
+            self._remote_done = True
+            if terminal is COMPLETE:
+                remote.on_complete()
+            else:
+                assert isinstance(terminal, BaseException)
+                remote.on_error(RuntimeError(f"{type(terminal).__name__}: {terminal}"))
+            return
+        if more and elements:
+            self._schedule()  # room for more under the prefetch
+

@@ -1,0 +1,284 @@
+"""The RSocket adapter against real peers on 127.0.0.1: RSocketPublisher against a plain
+rsocket-py server (and under the TCK), serve() against a plain rsocket-py client, and the
+two of ours against each other."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rs_support import Recorder
+from rsocket_peer import CountingServer, PlainClient
+
+from reactive_streams import (
+    UNBOUNDED,
+    IterablePublisher,
+    Publisher,
+    RangePublisher,
+    Subscriber,
+    Subscription,
+    collect,
+)
+from reactive_streams.adapters.rsocket import (
+    MAX_REQUEST_N,
+    UNBOUNDED_REQUEST_N,
+    RemoteStreamError,
+    RSocketPublisher,
+    StreamRequest,
+    serve,
+)
+from reactive_streams.tck.environment import TestEnvironment
+from reactive_streams.tck.publisher import PublisherVerification
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[CountingServer]:
+    with CountingServer(count=10) as peer:
+        yield peer
+
+
+def _last_stream(server: CountingServer, data: bytes) -> Any:
+    server.wait_for(lambda: any(s.data == data for s in server.streams), what="the stream")
+    return [s for s in server.streams if s.data == data][-1]
+
+
+# -- RSocketPublisher against a plain rsocket-py server --------------------------------------
+
+
+def test_each_request_reaches_the_server_as_request_n(server: CountingServer) -> None:
+    recorder = Recorder()
+    RSocketPublisher("127.0.0.1", server.port, route="numbers", data=b"100",
+                     decode=int).subscribe(recorder)
+    assert recorder.subscribed.wait(10)
+    stream = None
+    for n in (7, 1, 30):
+        recorder.request(n)
+        recorder.wait_for_elements(recorder.requested)
+        stream = _last_stream(server, b"100")
+    assert stream is not None
+    # The first request travels in REQUEST_STREAM, each later one as its own REQUEST_N.
+    assert stream.requests == [7, 1, 30]
+    assert stream.route == "numbers"
+    assert stream.max_outstanding <= 30
+    recorder.request(100)
+    recorder.wait_done()
+    assert recorder.elements == list(range(100))
+    assert recorder.completions == 1 and not recorder.errors
+    recorder.assert_clean()
+
+
+def test_demand_beyond_a_frame_is_sent_in_pieces_and_unbounded_as_unbounded(
+        server: CountingServer) -> None:
+    big = Recorder()
+    RSocketPublisher("127.0.0.1", server.port, data=b"5").subscribe(big)
+    assert big.subscribed.wait(10)
+    big.request(2**31 + 5)  # more than one frame may carry
+    big.wait_done()
+    assert _last_stream(server, b"5").requests == [MAX_REQUEST_N]
+
+    unbounded = Recorder()
+    RSocketPublisher("127.0.0.1", server.port, data=b"6").subscribe(unbounded)
+    assert unbounded.subscribed.wait(10)
+    unbounded.request(UNBOUNDED)
+    unbounded.wait_done()
+    assert _last_stream(server, b"6").requests == [UNBOUNDED_REQUEST_N]
+    assert unbounded.elements == [str(i).encode() for i in range(6)]
+
+
+def test_cancel_sends_cancel(server: CountingServer) -> None:
+    recorder = Recorder(initial=3)
+    RSocketPublisher("127.0.0.1", server.port, data=b"1000").subscribe(recorder)
+    recorder.wait_for_elements(3)
+    stream = _last_stream(server, b"1000")
+    recorder.cancel()
+    server.wait_for(lambda: stream.cancelled, what="CANCEL")
+    assert stream.sent == 3 and not stream.completed
+
+
+def test_error_frame_and_unreachable_port_name_the_server_and_route(
+        server: CountingServer) -> None:
+    with pytest.raises(RemoteStreamError, match=(
+            rf"127\.0\.0\.1:{server.port} \(route 'fail'\): the server answered with an "
+            r"error: the counting server refuses route 'fail'")):
+        collect(RSocketPublisher("127.0.0.1", server.port, route="fail"), timeout=10)
+    with CountingServer() as gone:
+        port = gone.port
+    with pytest.raises(RemoteStreamError, match=rf"127\.0\.0\.1:{port} \(no route\): cannot "
+                                                 "connect"):
+        collect(RSocketPublisher("127.0.0.1", port), timeout=10)
+
+
+def test_a_lost_connection_fails_the_stream() -> None:
+    peer = CountingServer(count=10**6)
+    recorder = Recorder(initial=5)
+    RSocketPublisher("127.0.0.1", peer.port, route="r").subscribe(recorder)
+    recorder.wait_for_elements(5)
+    peer.close()
+    recorder.wait_done()
+    assert len(recorder.errors) == 1
+    assert f"127.0.0.1:{peer.port} (route 'r'): connection lost" in str(recorder.errors[0])
+
+
+def test_decode_failure_names_the_payload_and_cancels(server: CountingServer) -> None:
+    def decode(data: bytes) -> int:
+        if data == b"4":
+            raise ValueError("four is not allowed")
+        return int(data)
+
+    with pytest.raises(RemoteStreamError, match=r"decode failed on payload #5 \(b'4', 1 bytes\)"
+                                                r": ValueError: four is not allowed"):
+        collect(RSocketPublisher("127.0.0.1", server.port, data=b"100000", decode=decode),
+                timeout=10)
+    stream = _last_stream(server, b"100000")
+    server.wait_for(lambda: stream.cancelled, what="CANCEL after the decode failure")
+
+
+def test_arguments_are_checked_and_nothing_connects_until_subscribe() -> None:
+    with pytest.raises(ValueError, match="port=70000 is not accepted"):
+        RSocketPublisher("127.0.0.1", 70000)
+    with pytest.raises(ValueError, match="route or metadata, not both"):
+        RSocketPublisher("127.0.0.1", 1, route="a", metadata=b"x")
+    RSocketPublisher("127.0.0.1", 1)  # a closed port: fine until subscribed
+
+
+class TestRSocketPublisherTCK(PublisherVerification[int]):
+    """The client publisher under the TCK, against the plain rsocket-py server."""
+
+    peer: CountingServer
+
+    closed_port: int
+
+    @classmethod
+    def setup_class(cls) -> None:
+        cls.peer = CountingServer()
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            cls.closed_port = listener.getsockname()[1]
+
+    @classmethod
+    def teardown_class(cls) -> None:
+        cls.peer.close()
+
+    def create_test_environment(self) -> TestEnvironment:
+        return TestEnvironment(default_timeout_millis=2000,
+                               default_no_signals_timeout_millis=50,
+                               default_poll_timeout_millis=20)
+
+    def create_publisher(self, elements: int) -> Publisher[int]:
+        return RSocketPublisher("127.0.0.1", self.peer.port, data=str(elements).encode(),
+                                decode=int)
+
+    def create_failed_publisher(self) -> Publisher[int] | None:
+        # Fails without demand (§1.4 asks for on_error before any request): nobody listens
+        # on the port. An ERROR frame would come only after REQUEST_STREAM, which waits for
+        # the first request(n); test_error_frame_... covers that one.
+        return RSocketPublisher("127.0.0.1", self.closed_port, decode=int)
+
+
+# -- serve() against a plain rsocket-py client -----------------------------------------------
+
+
+class _Recording(Publisher[bytes]):
+    """A local publisher that records the demand it is given."""
+
+    def __init__(self, count: int) -> None:
+        self.inner = RangePublisher(0, count)
+        self.requests: list[int] = []
+        self.cancelled = threading.Event()
+
+    def subscribe(self, subscriber: Subscriber[bytes]) -> None:
+        outer = self
+
+        class Tap(Subscriber[int], Subscription):
+            def on_subscribe(self, subscription: Subscription) -> None:
+                self.upstream = subscription
+                subscriber.on_subscribe(self)
+
+            def on_next(self, element: int) -> None:
+                subscriber.on_next(str(element).encode())
+
+            def on_error(self, error: BaseException) -> None:
+                subscriber.on_error(error)
+
+            def on_complete(self) -> None:
+                subscriber.on_complete()
+
+            def request(self, n: int) -> None:
+                outer.requests.append(n)
+                self.upstream.request(n)
+
+            def cancel(self) -> None:
+                outer.cancelled.set()
+                self.upstream.cancel()
+
+        self.inner.subscribe(Tap())
+
+
+def test_served_publisher_is_paced_by_the_remote_request_n() -> None:
+    local = _Recording(10_000)
+    with serve(local, route="numbers") as service, PlainClient(service.port) as client:
+        client.request_stream(10, route_name="numbers")
+        client.wait_payloads(10)
+        assert local.requests == [10]
+        client.request(25)
+        client.wait_payloads(35)
+        assert local.requests == [10, 25]
+        client.cancel()
+        assert local.cancelled.wait(10)
+    assert client.payloads == [str(i).encode() for i in range(35)]
+
+
+def test_served_unbounded_demand_is_taken_in_prefetch_steps() -> None:
+    local = _Recording(3000)
+    with serve(local, prefetch=1000) as service, PlainClient(service.port) as client:
+        client.request_stream(UNBOUNDED_REQUEST_N)
+        client.wait_end()
+    assert client.payloads == [str(i).encode() for i in range(3000)]
+    assert max(local.requests) <= 1000 and sum(local.requests) >= 3000
+
+
+def test_serve_refuses_another_route_and_reports_errors() -> None:
+    def failing() -> Iterator[bytes]:
+        yield b"one"
+        raise OSError("the feed broke")
+
+    with serve(IterablePublisher(failing), route="feed") as service:
+        with PlainClient(service.port) as client:
+            client.request_stream(5, route_name="other")
+            client.wait_for(lambda: client.error is not None, what="the error")
+            assert "no stream on route 'other' here: this server serves route 'feed'" in str(
+                client.error)
+        with PlainClient(service.port) as client:
+            client.request_stream(5, route_name="feed")
+            client.wait_for(lambda: client.error is not None, what="the error")
+            assert client.payloads == [b"one"]
+            assert "OSError: the feed broke" in str(client.error)
+
+
+def test_serve_names_an_element_it_cannot_encode() -> None:
+    with serve(RangePublisher(0, 3)) as service, PlainClient(service.port) as client:
+        client.request_stream(3)
+        client.wait_for(lambda: client.error is not None, what="the error")
+        assert "element #1 could not be encoded: TypeError: an element of type int" in str(
+            client.error)
+
+
+# -- ours against ours ----------------------------------------------------------------------
+
+
+def test_our_client_against_our_server_with_a_factory() -> None:
+    seen: list[StreamRequest] = []
+
+    def factory(request: StreamRequest) -> Publisher[int]:
+        seen.append(request)
+        return RangePublisher(0, int(request.data))
+
+    with serve(factory, route="r", encode=lambda i: str(i).encode()) as service:
+        publisher = RSocketPublisher("127.0.0.1", service.port, route="r", data=b"2500",
+                                     decode=int)
+        assert collect(publisher, timeout=20) == list(range(2500))
+        assert collect(publisher, timeout=20) == list(range(2500))  # a second subscription
+    assert [(r.route, r.data) for r in seen] == [("r", b"2500")] * 2
