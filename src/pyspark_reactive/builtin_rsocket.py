@@ -1,0 +1,107 @@
+"""The built-in publisher ``rsocket``: a request-stream of an RSocket server (TCP) as rows,
+paced by the source's demand (each micro-batch's ``request(n)`` reaches the server as
+REQUEST_N). Made in the source runner; it connects only when the source subscribes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from reactive_streams import Publisher
+
+from .options import OptionError
+
+__all__ = ["FORMATS", "rsocket_publisher"]
+
+#: ``format`` -> (the data MIME type announced in SETUP, the payload decoder).
+FORMATS: dict[str, tuple[str, Callable[[bytes], Any] | None]] = {
+    "bytes": ("application/octet-stream", None),
+    "text": ("text/plain", lambda data: data.decode("utf-8")),
+    "json": ("application/json", json.loads),
+}
+
+
+def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
+    """Publisher of the payloads of an RSocket request-stream: the built-in ``rsocket``.
+
+    Each query run opens one connection and one request-stream; the source's demand (one
+    micro-batch, ``maxRecordsPerTrigger``, at a time) reaches the server as REQUEST_N, so
+    the server never has more outstanding than that. It is not replayable: what the
+    server sent is kept exactly once by the write-ahead log (``walLocation``), if any.
+
+    Parameters
+    ----------
+    options : mapping of str to str
+        ``host`` (required); ``port`` (required, 1 to 65535); ``route`` (sent as routing
+        metadata; omitted: none); ``data`` (the request's data, as UTF-8 text; omitted:
+        empty); ``format``: ``bytes`` (default: each payload's data as a ``value
+        BINARY`` row), ``text`` (UTF-8 text, ``value STRING``) or ``json`` (parsed, into
+        the schema given with ``.schema(...)`` or the ``schema`` option: an object by
+        column name, an array by position).
+
+    Returns
+    -------
+    RSocketPublisher
+        Connects when subscribed to, not before.
+
+    Raises
+    ------
+    OptionError
+        For a missing ``host`` or ``port``, or a value of ``port``, ``route`` or
+        ``format`` not accepted.
+
+    Examples
+    --------
+    >>> rsocket_publisher({"host": "127.0.0.1", "port": "7878", "route": "ticks"})
+    RSocketPublisher(127.0.0.1:7878, route='ticks')
+    """
+    from reactive_streams.adapters.rsocket import RSocketPublisher
+
+    lower = {k.lower(): v for k, v in options.items()}
+    host = lower.get("host")
+    if host is None or not host.strip():
+        raise OptionError("host", host, "the RSocket server's host name or address; it is "
+                          "required with publisher=rsocket")
+    port = _port(lower.get("port"))
+    route = lower.get("route")
+    if route is not None and not route.strip():
+        raise OptionError("route", route, "a route name (sent as routing metadata), or no "
+                          "route option for none")
+    mime_type, decode = FORMATS[_format(lower)]
+    return RSocketPublisher(host.strip(), port, route=route, data=lower.get("data", "").encode(),
+                            decode=decode, data_mime_type=mime_type)
+
+
+def _port(text: str | None) -> int:
+    accepted = "an integer from 1 to 65535, the RSocket server's TCP port"
+    if text is None:
+        raise OptionError("port", text, f"{accepted}; it is required with publisher=rsocket")
+    try:
+        port = int(text.strip())
+    except ValueError:
+        raise OptionError("port", text, accepted) from None
+    if not 1 <= port <= 65535:
+        raise OptionError("port", text, accepted)
+    return port
+
+
+def _format(lower: Mapping[str, str]) -> str:
+    name = lower.get("format", "bytes").strip().lower()
+    if name not in FORMATS:
+        raise OptionError("format", lower.get("format"), f"one of {', '.join(FORMATS)}")
+    return name
+
+
+def _default_schema(options: Mapping[str, str]) -> str:
+    lower = {k.lower(): v for k, v in options.items()}
+    name = _format(lower)
+    if name == "json":
+        raise OptionError("schema", None, "a schema with format=json, which parses each "
+                          "payload into it: .schema('id BIGINT, name STRING') or the schema "
+                          "option")
+    return "value BINARY" if name == "bytes" else "value STRING"
+
+
+rsocket_publisher.default_schema = _default_schema  # type: ignore[attr-defined]
