@@ -1,0 +1,368 @@
+"""A WebSocket feed as a Publisher (extra ``websocket``, the ``websockets`` library).
+
+Each subscription opens its own connection and reads a message only against demand, so a
+subscriber that requests nothing leaves the socket unread and TCP backpressure reaches the
+server. Elements are the messages as text, bytes or parsed JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from ..api import Publisher, Subscriber
+from ..runners import LoopRunner
+from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+from ._extras import require
+
+_client = require("websockets.asyncio.client", "websocket", "the websocket publisher")
+_exceptions = require("websockets.exceptions", "websocket", "the websocket publisher")
+_uri = require("websockets.uri", "websocket", "the websocket publisher")
+
+__all__ = ["FORMATS", "READ_AHEAD_FRAMES", "WebSocketPublisher", "check_url", "url_problem"]
+
+#: Element formats: a text frame's string, a frame's bytes, or a message parsed as JSON.
+FORMATS: Final = ("text", "bytes", "json")
+
+#: The library's read-ahead queue (``max_queue``): once more than this many frames wait
+#: to be received, it stops reading the socket until the queue is empty again.
+READ_AHEAD_FRAMES: Final = 1
+
+# Largest number of characters of a message quoted in an error.
+_QUOTED: Final = 60
+
+
+class WebSocketPublisher(Publisher[Any]):
+    """Publishes the messages of a WebSocket server, read only against demand.
+
+    Every subscription opens a connection of its own, on an event loop thread of its own,
+    as soon as it is made, and reads the next message only while the subscriber has
+    demand left that received messages do not cover. With no demand the socket is left
+    unread: the kernel's receive buffer fills, TCP's window closes, and the server's sends
+    block (TCP backpressure reaches the server).
+
+    What is held beyond demand: the library reads the socket in chunks and pauses after
+    each chunk that leaves more than ``READ_AHEAD_FRAMES`` (1) frame waiting, so it holds
+    at most one chunk's messages (no more than the kernel's receive buffer, at most
+    256 KiB); the kernel holds up to its receive buffer (``receive_buffer``, or the
+    system's autotuned size, which may reach megabytes); the server's kernel and library
+    hold what they were sending. None of these messages are signalled before they are
+    requested; on cancel they are lost.
+
+    Keepalive pings are off on this side: a subscriber that requests nothing leaves the
+    server's pongs unread, so they would time out. A server that pings (a ``websockets``
+    server does, every 20 s) closes a connection left unread for longer than its ping
+    timeout; that close is abnormal and is signalled as ``on_error``.
+
+    Parameters
+    ----------
+    url : str
+        ``ws://`` or ``wss://`` URL of the server.
+    format : {"text", "bytes", "json"}
+        ``text``: each message as ``str`` (a binary message is decoded as UTF-8);
+        ``bytes``: each message as ``bytes`` (a text message as its UTF-8 bytes);
+        ``json``: each message parsed as JSON (objects become dicts).
+    headers : mapping of str to str, optional
+        Extra HTTP headers of the opening handshake (``{"Authorization": "Bearer x"}``).
+    open_timeout : float
+        Seconds allowed to connect and finish the opening handshake.
+    receive_buffer : int, optional
+        ``SO_RCVBUF`` of the socket in bytes, set before connecting (the kernel may
+        double it): bounds what the kernel holds beyond demand. The connection is then
+        made directly, not through a proxy.
+    max_message_bytes : int, optional
+        Largest message accepted; a larger one closes the connection (code 1009) and is
+        signalled as ``on_error``. ``None``: no limit.
+
+    Raises
+    ------
+    ValueError
+        For a URL that is not ``ws://`` or ``wss://``, an unknown ``format``, headers
+        that are not strings, or a non-positive timeout or size.
+    MissingExtraError
+        When ``websockets`` is not installed (``pip install 'pyspark-reactive[websocket]'``).
+
+    Notes
+    -----
+    Signals, each named after what went wrong:
+
+    - a server's normal close (code 1000, 1001, or none) -> ``on_complete``, after every
+      message it sent before closing;
+    - an abnormal close (any other code, or the connection dropped) -> ``on_error`` with a
+      ``ConnectionError`` naming the URL, the code and the reason;
+    - failing to connect (refused, handshake rejected, timeout) -> ``on_error`` with a
+      ``ConnectionError`` naming the URL;
+    - a message the format cannot decode -> ``on_error`` with a ``ValueError`` naming the
+      format, the message's number and its start; the connection is closed.
+
+    Cancel closes the connection with code 1000, reading and dropping what the server
+    sent meanwhile until its close frame arrives (so the closing handshake completes).
+
+    Examples
+    --------
+    >>> from reactive_streams import collect
+    >>> from reactive_streams.adapters.websocket import WebSocketPublisher
+    >>> collect(WebSocketPublisher("ws://127.0.0.1:8765/ticks", format="json"))  # doctest: +SKIP
+    [{'tick': 0}, {'tick': 1}]
+    """
+
+    def __init__(self, url: str, *, format: str = "text",
+                 headers: Mapping[str, str] | None = None, open_timeout: float = 10.0,
+                 receive_buffer: int | None = None,
+                 max_message_bytes: int | None = 2**20) -> None:
+        check_url(url)
+        if format not in FORMATS:
+            raise ValueError(f"WebSocketPublisher: format={format!r} is not one of "
+                             f"{', '.join(FORMATS)}")
+        if headers is not None:
+            bad = [(k, v) for k, v in headers.items()
+                   if not isinstance(k, str) or not isinstance(v, str) or not k]
+            if bad:
+                raise ValueError("WebSocketPublisher: headers must map non-empty str names "
+                                 f"to str values; got {bad[0]!r}")
+        if not open_timeout > 0:
+            raise ValueError(f"WebSocketPublisher: open_timeout={open_timeout!r} must be a "
+                             "positive number of seconds")
+        for name, size in (("receive_buffer", receive_buffer),
+                           ("max_message_bytes", max_message_bytes)):
+            if size is not None and (type(size) is not int or size <= 0):
+                raise ValueError(f"WebSocketPublisher: {name}={size!r} must be a positive "
+                                 "int or None")
+        self.url = url
+        self.format = format
+        self.headers = dict(headers) if headers else {}
+        self.open_timeout = float(open_timeout)
+        self.receive_buffer = receive_buffer
+        self.max_message_bytes = max_message_bytes
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        # One loop per subscription: it runs while the subscription lives, and stops once
+        # the connection is closed after cancel or a terminal signal.
+        runner = LoopRunner(name=f"websocket-publisher {self.url}")
+        dispatch = runner.acquire()
+        source = _Feed(self, runner)
+        emitter: Emitter[Any] = Emitter(subscriber, source, dispatch)
+        source.emitter = emitter
+        emitter.start()
+
+    def __repr__(self) -> str:
+        return f"WebSocketPublisher({self.url!r}, format={self.format!r})"
+
+
+def url_problem(url: object) -> str | None:
+    """Why ``url`` is not a ``ws://`` or ``wss://`` URL, or ``None`` when it is one."""
+    if not isinstance(url, str):
+        return f"it is a {type(url).__name__}, not a str"
+    try:
+        _uri.parse_uri(url)
+    except Exception as error:
+        return str(error)
+    return None
+
+
+def check_url(url: object) -> None:
+    """Raise ``ValueError`` unless ``url`` is a ``ws://`` or ``wss://`` URL."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValueError(f"WebSocketPublisher: url={url!r} is not a ws:// or wss:// URL "
+                         f"({problem})")
+
+
+def _quoted(message: str | bytes) -> str:
+    shown = repr(message[:_QUOTED])
+    return shown + (f"... ({len(message)} in all)" if len(message) > _QUOTED else "")
+
+
+def _decoder(format: str) -> Callable[[str | bytes], Any]:
+    if format == "text":
+        return lambda m: m if isinstance(m, str) else m.decode("utf-8")
+    if format == "bytes":
+        return lambda m: m if isinstance(m, bytes) else m.encode("utf-8")
+
+    def parse(message: str | bytes) -> Any:
+        value = json.loads(message)
+        if value is None:
+            raise ValueError("it is JSON null, which cannot be an element (§2.13)")
+        return value
+
+    return parse
+
+
+class _Feed(Source[Any]):
+    """One connection's messages; every method runs on the subscription's loop thread."""
+
+    def __init__(self, publisher: WebSocketPublisher, runner: LoopRunner) -> None:
+        self._publisher = publisher
+        self._runner = runner
+        self._loop = runner.loop
+        self._decode = _decoder(publisher.format)
+        self.emitter: Emitter[Any] | None = None
+        self._ready: collections.deque[Any] = collections.deque()
+        self._terminal: Terminal | None = None
+        # Demand the received messages do not cover yet; the socket is read only while
+        # it exceeds what is ready.
+        self._wanted = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Set once the task closes the connection; a cancel then lets it finish.
+        self._closing = False
+
+    def pull(self, n: int) -> tuple[Sequence[Any], Terminal | None]:
+        ready = self._ready
+        taken = [ready.popleft() for _ in range(min(n, len(ready)))]
+        self._wanted = n - len(taken)
+        if self._task is None and self._terminal is None:
+            # The first pull comes right after on_subscribe: connect now, demand or not.
+            self._task = self._loop.create_task(self._run())
+        if self._wanted:
+            self._wake.set()
+        return taken, (self._terminal if not ready else None)
+
+    def close(self) -> None:
+        task, self._task = self._task, None
+        self.emitter = None
+        if task is not None and not task.done():
+            if not self._closing:
+                task.cancel()  # the task closes the connection, then the loop is released
+            task.add_done_callback(lambda _: self._runner.release())
+        else:
+            self._runner.release()
+
+    def _notify(self) -> None:
+        if self.emitter is not None:
+            self.emitter.signal()
+
+    # -- the connection ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        url = self._publisher.url
+        try:
+            connection = await self._connect()
+        except asyncio.CancelledError:
+            return
+        except Exception as error:
+            self._end(ConnectionError(
+                f"websocket publisher: could not connect to {url}: "
+                f"{type(error).__name__}: {error}"), error)
+            return
+        terminal: Terminal | None = None
+        cause: BaseException | None = None
+        closing = (1000, "")
+        try:
+            received = 0
+            while True:
+                while self._wanted <= len(self._ready):
+                    # No demand left uncovered: leave the socket unread (backpressure).
+                    self._wake.clear()
+                    await self._wake.wait()
+                try:
+                    message = await connection.recv(decode=False if self._publisher.format
+                                                    == "bytes" else None)
+                except _exceptions.ConnectionClosedOK:
+                    terminal = COMPLETE
+                    return
+                except _exceptions.ConnectionClosed as closed:
+                    terminal, cause = self._abnormal_close(closed), closed
+                    return
+                except UnicodeDecodeError as error:
+                    # The library fails the connection itself (code 1007).
+                    terminal, cause = ValueError(
+                        f"websocket publisher: message {received + 1} from {url} is a text "
+                        f"frame that is not valid UTF-8 (format={self._publisher.format!r}): "
+                        f"{error}"), error
+                    return
+                received += 1
+                try:
+                    element = self._decode(message)
+                except Exception as error:
+                    closing = (1007, f"message {received} is not {self._publisher.format}")
+                    terminal, cause = ValueError(
+                        f"websocket publisher: message {received} from {url} cannot be read "
+                        f"as format={self._publisher.format!r}: {error}; the message: "
+                        f"{_quoted(message)}"), error
+                    return
+                self._ready.append(element)
+                self._notify()
+        finally:
+            # Closed before the terminal signal, whose close() would otherwise cancel this
+            # task in the middle of the closing handshake.
+            self._closing = True
+            await self._close(connection, *closing)
+            if terminal is not None:
+                self._end(terminal, cause)
+
+    async def _connect(self) -> Any:
+        publisher = self._publisher
+        options: dict[str, Any] = {}
+        if publisher.receive_buffer is not None:
+            options["sock"] = await asyncio.wait_for(self._socket(), publisher.open_timeout)
+        return await _client.connect(
+            publisher.url,
+            additional_headers=publisher.headers or None,
+            open_timeout=publisher.open_timeout,
+            # A paused reader cannot see pongs; see the class docstring.
+            ping_interval=None,
+            max_queue=READ_AHEAD_FRAMES,
+            max_size=publisher.max_message_bytes,
+            **options)
+
+    async def _socket(self) -> socket.socket:
+        """A TCP socket with ``SO_RCVBUF`` set before it connects (the window scale is
+        agreed in the handshake, so setting it later would not bound the window)."""
+        target = _uri.parse_uri(self._publisher.url)
+        addresses = await self._loop.getaddrinfo(target.host, target.port,
+                                                 type=socket.SOCK_STREAM)
+        failure: OSError | None = None
+        for family, kind, proto, _, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
+                                self._publisher.receive_buffer or 0)
+                sock.setblocking(False)
+                await self._loop.sock_connect(sock, address)
+                return sock
+            except OSError as error:
+                failure = error
+                sock.close()
+            except BaseException:
+                sock.close()
+                raise
+        raise failure or OSError(f"no address found for {target.host}")
+
+    def _abnormal_close(self, closed: Any) -> ConnectionError:
+        if closed.rcvd is not None:
+            frame, who = closed.rcvd, "the server"
+        elif closed.sent is not None:
+            frame, who = closed.sent, "this client"  # e.g. 1009: a message over the limit
+        else:
+            frame, who = None, ""
+        if frame is None:
+            how = "the connection dropped without a close frame (code 1006)"
+        else:
+            how = f"{who} closed it with code {frame.code}"
+            how += f", reason {frame.reason!r}" if frame.reason else ", no reason"
+        return ConnectionError(f"websocket publisher: {self._publisher.url} closed the "
+                               f"connection abnormally: {how}")
+
+    def _end(self, terminal: Terminal, cause: BaseException | None = None) -> None:
+        if isinstance(terminal, BaseException) and cause is not None:
+            terminal.__cause__ = cause
+        self._terminal = terminal
+        self._notify()
+
+    async def _close(self, connection: Any, code: int, reason: str) -> None:
+        # The server's close frame comes after what it already sent, which waits unread
+        # when there was no demand: read and drop it until the handshake completes (the
+        # library's close_timeout, 10 s, bounds this; then it drops the connection).
+        closing = asyncio.ensure_future(connection.close(code, reason))
+        try:
+            while not closing.done():
+                await connection.recv(decode=False)
+        except Exception:
+            pass  # ConnectionClosed: the handshake is over
+        await asyncio.gather(closing, return_exceptions=True)

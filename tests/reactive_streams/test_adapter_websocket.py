@@ -1,0 +1,221 @@
+"""WebSocketPublisher against a real ``websockets`` server on 127.0.0.1 (tests/peers):
+the TCK's PublisherVerification, demand reaching the server as TCP backpressure, the three
+formats, and every way a connection ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rs_support import Recorder
+from websocket_server import WebSocketServer, held_beyond_demand, text_message
+
+from reactive_streams import Publisher, collect
+from reactive_streams.adapters.websocket import WebSocketPublisher
+from reactive_streams.tck.environment import TestEnvironment
+from reactive_streams.tck.publisher import LONG_MAX, PublisherVerification
+
+# A byte under 2 KiB per message on the wire, and small socket buffers on both sides, so
+# the bound on what the server can send beyond demand is a few dozen messages.
+SIZE = 1000
+BUFFER = 4096
+WRITE_LIMIT = 4096
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[WebSocketServer]:
+    raw: list[str | bytes] = [
+        '{"id": 7, "name": "seven"}',   # 0: JSON object
+        b"caf\xc3\xa9",                 # 1: binary frame holding UTF-8
+        "not json at all",              # 2
+        "null",                         # 3: JSON null
+        b"\xff\xfe binary",             # 4: not UTF-8
+        "[1, 2]",                       # 5: JSON array
+    ]
+    with WebSocketServer(message=lambda i: text_message(i, SIZE), raw=raw, send_buffer=BUFFER,
+                         write_limit=WRITE_LIMIT) as running:
+        yield running
+
+
+class TestWebSocketPublisherVerification(PublisherVerification[str]):
+    """Each publisher is a connection to ``/count/<n>``: ``n`` messages, then close 1000;
+    the failed publisher is a connection whose handshake the server refuses (HTTP 403)."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, server: WebSocketServer) -> None:
+        self.server = server
+
+    def create_test_environment(self) -> TestEnvironment:
+        # Each subscription connects first (about a millisecond here): the timeout bounds
+        # only waits for a signal that must come, so a generous one costs nothing.
+        return TestEnvironment(default_timeout_millis=5_000,
+                               default_no_signals_timeout_millis=100,
+                               default_poll_timeout_millis=10)
+
+    def create_publisher(self, elements: int) -> Publisher[str]:
+        count = "inf" if elements == LONG_MAX else str(elements)
+        return WebSocketPublisher(f"{self.server.url}/count/{count}")
+
+    def create_failed_publisher(self) -> Publisher[str] | None:
+        return WebSocketPublisher(f"{self.server.url}/reject")
+
+
+def _subscribe(url: str, **options: Any) -> Recorder:
+    recorder = Recorder()
+    WebSocketPublisher(url, **options).subscribe(recorder)
+    assert recorder.subscribed.wait(5)
+    return recorder
+
+
+def test_no_demand_leaves_the_socket_unread_so_the_servers_sends_block(
+        server: WebSocketServer) -> None:
+    allowance = held_beyond_demand(SIZE, BUFFER, BUFFER, WRITE_LIMIT)
+    recorder = _subscribe(f"{server.url}/count/inf", receive_buffer=BUFFER)
+    try:
+        # Nothing requested: the server's sends stall once the buffers between are full.
+        sent = server.wait_stalled(timeout=10)
+        assert sent <= allowance, (f"the server sent {sent} messages with no demand; the "
+                                   f"buffers hold at most {allowance} of {SIZE + 4} bytes")
+        assert recorder.elements == []
+        for requested in (10, 200):
+            recorder.request(requested)
+            recorder.wait_for_elements(recorder.requested)
+            sent = server.wait_stalled(timeout=10)
+            assert sent <= recorder.requested + allowance, (
+                f"the server sent {sent} messages for a demand of {recorder.requested}; "
+                f"the buffers hold at most {allowance}")
+        assert recorder.elements == [text_message(i, SIZE) for i in range(recorder.requested)]
+        assert recorder.violations == []
+    finally:
+        recorder.cancel()
+
+
+def test_cancel_closes_the_connection_normally_even_while_the_server_is_held_back(
+        server: WebSocketServer) -> None:
+    closes = len(server.closed_by_client)
+    recorder = _subscribe(f"{server.url}/count/inf", receive_buffer=BUFFER)
+    recorder.request(3)
+    recorder.wait_for_elements(3)
+    server.wait_stalled(timeout=10)
+    threads = {t for t in threading.enumerate() if t.name.startswith("websocket-publisher")}
+    recorder.cancel()
+    # The client reads and drops what was in flight until the server's close frame: the
+    # closing handshake completes (code 1000) instead of timing out.
+    server.wait_closed_by_client(closes + 1, timeout=5)
+    assert server.closed_by_client[closes] == (1000, "")
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive(), f"{thread.name} still runs after cancel"
+    assert recorder.elements == [text_message(i, SIZE) for i in range(3)]
+    assert not recorder.done.is_set()  # §3.12: no terminal signal after cancel
+
+
+def test_a_normal_close_completes_after_every_message(server: WebSocketServer) -> None:
+    assert collect(WebSocketPublisher(f"{server.url}/count/4"), timeout=10) == [
+        text_message(i, SIZE) for i in range(4)]
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/close/1011/3", "closed the connection abnormally: the server closed it with code "
+                      "1011, reason 'feed broke'"),
+    ("/drop/3", "closed the connection abnormally: the connection dropped without a close "
+                "frame (code 1006)"),
+])
+def test_an_abnormal_close_is_an_error_naming_the_code_after_the_messages_sent(
+        server: WebSocketServer, path: str, expected: str) -> None:
+    recorder = _subscribe(server.url + path)
+    recorder.request(10)
+    assert recorder.done.wait(10)
+    assert len(recorder.elements) == 3
+    assert len(recorder.errors) == 1
+    error = recorder.errors[0]
+    assert isinstance(error, ConnectionError)
+    assert str(error) == f"websocket publisher: {server.url}{path} {expected}"
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    ("/reject", "InvalidStatus: server rejected WebSocket connection: HTTP 403"),
+    ("unreachable", "ConnectionRefusedError"),
+])
+def test_a_failed_connection_is_an_error_naming_the_url_without_demand(
+        server: WebSocketServer, where: str, expected: str) -> None:
+    if where == "unreachable":
+        with WebSocketServer() as gone:
+            url = gone.url + "/count/1"
+        # The port was just released by a server that has stopped: nothing listens.
+    else:
+        url = server.url + where
+    recorder = _subscribe(url)
+    assert recorder.done.wait(10)  # §1.9: on_error after on_subscribe, no request needed
+    assert recorder.elements == []
+    message = str(recorder.errors[0])
+    assert message.startswith(f"websocket publisher: could not connect to {url}: ")
+    assert expected in message
+
+
+@pytest.mark.parametrize(("index", "format", "element"), [
+    (0, "json", {"id": 7, "name": "seven"}),
+    (5, "json", [1, 2]),
+    (0, "text", '{"id": 7, "name": "seven"}'),
+    (1, "text", "café"),
+    (0, "bytes", b'{"id": 7, "name": "seven"}'),
+    (4, "bytes", b"\xff\xfe binary"),
+])
+def test_formats(server: WebSocketServer, index: int, format: str, element: Any) -> None:
+    publisher = WebSocketPublisher(f"{server.url}/raw/{index}", format=format)
+    assert collect(publisher, timeout=10) == [element]
+
+
+@pytest.mark.parametrize(("index", "format", "expected"), [
+    (2, "json", "message 1 from {url} cannot be read as format='json': Expecting value: "
+                "line 1 column 1 (char 0); the message: 'not json at all'"),
+    (3, "json", "message 1 from {url} cannot be read as format='json': it is JSON null, "
+                "which cannot be an element (§2.13); the message: 'null'"),
+    (4, "text", "message 1 from {url} cannot be read as format='text': 'utf-8' codec can't "
+                "decode byte 0xff in position 0: invalid start byte; the message: "
+                "b'\\xff\\xfe binary'"),
+])
+def test_a_message_the_format_cannot_read_is_an_error_naming_format_and_message(
+        server: WebSocketServer, index: int, format: str, expected: str) -> None:
+    url = f"{server.url}/raw/{index}"
+    with pytest.raises(ValueError) as failure:
+        collect(WebSocketPublisher(url, format=format), timeout=10)
+    assert str(failure.value) == "websocket publisher: " + expected.format(url=url)
+
+
+def test_headers_reach_the_opening_handshake(server: WebSocketServer) -> None:
+    seen = len(server.request_headers)
+    publisher = WebSocketPublisher(f"{server.url}/count/1",
+                                   headers={"Authorization": "Bearer x", "X-Feed": "ticks"})
+    assert collect(publisher, timeout=10) == [text_message(0, SIZE)]
+    headers = server.request_headers[seen]
+    assert headers["Authorization"] == "Bearer x"
+    assert headers["X-Feed"] == "ticks"
+
+
+def test_a_message_over_the_limit_is_an_error_naming_code_1009(server: WebSocketServer) -> None:
+    publisher = WebSocketPublisher(f"{server.url}/count/2", max_message_bytes=SIZE - 1)
+    with pytest.raises(ConnectionError, match="code 1009"):
+        collect(publisher, timeout=10)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"url": "http://example.com"}, "url='http://example.com' is not a ws:// or wss:// URL "
+                                    "(http://example.com isn't a valid URI: scheme isn't ws "
+                                    "or wss)"),
+    ({"url": "ws://h", "format": "xml"}, "format='xml' is not one of text, bytes, json"),
+    ({"url": "ws://h", "headers": {"A": 1}}, "headers must map non-empty str names to str "
+                                            "values; got ('A', 1)"),
+    ({"url": "ws://h", "open_timeout": 0}, "open_timeout=0 must be a positive number"),
+    ({"url": "ws://h", "receive_buffer": -1}, "receive_buffer=-1 must be a positive int"),
+])
+def test_bad_arguments_are_refused_when_the_publisher_is_made(arguments: dict[str, Any],
+                                                              message: str) -> None:
+    url = arguments.pop("url")
+    with pytest.raises(ValueError, match="WebSocketPublisher: ") as failure:
+        WebSocketPublisher(url, **arguments)
+    assert message in str(failure.value)
+
