@@ -1,0 +1,693 @@
+"""An MQTT 5 subscription as a Publisher, taking from the broker only what demand allows.
+
+:class:`MqttPublisher` connects when subscribed to, subscribes to a topic filter and
+signals each message as an :class:`MqttMessage`. A thread of the subscription's own drives
+paho's network loop: it stops reading the socket while ``receive_maximum`` messages wait
+for demand, so the broker meets TCP backpressure, and with manual acknowledgement and the
+MQTT 5 Receive Maximum a QoS 1 message is acknowledged only once it was signalled (or, with
+``acknowledge="on_durable"``, once the subscriber said it is durable), so a persistent
+session redelivers whatever was not. Needs paho-mqtt (extra ``mqtt``).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, Literal, TypeVar
+
+from ..api import Publisher, Subscriber, Subscription
+from ..runners import ThreadRunner
+from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+from ._extras import require
+
+__all__ = ["MqttError", "MqttMessage", "MqttPublisher", "check_topic_filter"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("reactive_streams.adapters.mqtt")
+
+#: The longest wait of the network loop in ``select`` (it wakes earlier for any work).
+_TICK: Final = 1.0
+#: Packets read in one turn of the network loop before it looks at its other work.
+_BURST: Final = 512
+
+
+@dataclass(frozen=True, slots=True)
+class MqttMessage:
+    """One message as the broker delivered it.
+
+    Attributes
+    ----------
+    topic : str
+        The topic it was published to (not the filter subscribed to).
+    payload : bytes
+    qos : int
+        The QoS it was delivered with: the lower of the publisher's and the subscription's.
+    retain : bool
+        True for a retained message sent because the subscription was made.
+    timestamp : float
+        When this client received it, in seconds since the epoch (``time.time()``); not
+        compared by ``==``, so the same message received twice compares equal.
+    """
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    timestamp: float = field(compare=False)
+
+
+class MqttError(ConnectionError):
+    """The broker refused the connection or the subscription, or the connection was lost.
+
+    The message names ``host:port`` (and the topic filter for a refused subscription) and
+    the MQTT reason code with its name.
+    """
+
+
+def check_topic_filter(topic: object) -> str:
+    """Return ``topic`` if it is a valid MQTT topic filter, else raise ``ValueError``.
+
+    ``+`` matches one level and must fill it; ``#`` matches the rest and must be the last
+    level; ``$share/<group>/<filter>`` subscribes as one of a group.
+
+    Examples
+    --------
+    >>> check_topic_filter("sensors/+/temperature")
+    'sensors/+/temperature'
+    >>> check_topic_filter("sensors/#/x")
+    Traceback (most recent call last):
+    ...
+    ValueError: topic filter 'sensors/#/x': '#' must be the whole last level (as in 'a/#')
+    """
+    if not isinstance(topic, str) or not topic:
+        raise ValueError(f"topic filter {topic!r}: a non-empty string is needed")
+    if "\0" in topic or len(topic.encode("utf-8")) > 65535:
+        raise ValueError(f"topic filter {topic!r}: no NUL character and at most 65535 "
+                         f"bytes of UTF-8 are accepted")
+    levels = topic.split("/")
+    for i, level in enumerate(levels):
+        if "#" in level and (level != "#" or i != len(levels) - 1):
+            raise ValueError(f"topic filter {topic!r}: '#' must be the whole last level "
+                             f"(as in 'a/#')")
+        if "+" in level and level != "+":
+            raise ValueError(f"topic filter {topic!r}: '+' must be a whole level "
+                             f"(as in 'a/+/b')")
+    return topic
+
+
+class MqttPublisher(Publisher[T], Generic[T]):
+    """Publishes the messages of an MQTT 5 subscription, taking them only against demand.
+
+    Each ``subscribe`` opens a connection of its own (on a thread of its own, so
+    ``subscribe`` returns at once), subscribes to ``topic`` and signals each message
+    (``decode(message)``, by default the :class:`MqttMessage` itself). The stream is
+    endless unless ``max_messages`` is given; ``cancel`` disconnects.
+
+    **Backpressure.** The subscription holds at most ``receive_maximum`` messages beyond
+    demand: then it stops reading the socket until demand takes some, so the broker's
+    TCP send blocks (which is all that holds back QoS 0). For QoS 1 the client also sends
+    ``receive_maximum`` as the MQTT 5 Receive Maximum, and acknowledges a message only
+    once it was signalled, so a broker that honours it sends no more than that many
+    unacknowledged messages. Beyond the subscription's own count, the operating system's
+    socket buffers may hold what the broker already wrote. While reading is paused the
+    client still answers the broker's keepalive with PINGREQs.
+
+    **Acknowledgement.** ``acknowledge="on_next"``: a QoS 1 message is acknowledged
+    (PUBACK) as soon as ``on_next`` returns. ``"on_durable"``: only when
+    :meth:`on_durable` says the first ``count`` elements signalled to the latest
+    subscription are durable; that is the acknowledging-publisher protocol of the
+    ``reactive`` Spark source (see ``pyspark_reactive.durability``). Either way the
+    acknowledgements go out in the order the messages arrived, as MQTT requires, and a
+    message never acknowledged is redelivered by a persistent session (``client_id``,
+    ``clean_start=False``, ``session_expiry`` > 0) when it reconnects: nothing is lost;
+    what was signalled and not yet acknowledged when a process died comes again.
+
+    Parameters
+    ----------
+    host : str
+    topic : str
+        A topic filter: ``+`` and ``#`` wildcards and ``$share/<group>/...`` are accepted.
+    port : int
+        Default 1883.
+    qos : int
+        0 (at most once) or 1 (at least once; acknowledged as above). QoS 2 is refused:
+        paho holds a QoS 2 message in memory between PUBREC and PUBREL, so a crash there
+        loses it, which defeats its purpose.
+    client_id : str
+        Empty (default): the broker assigns one and the session cannot be resumed.
+    clean_start : bool, optional
+        Default: True without a ``client_id``, False with one (resume the session).
+    session_expiry : int, optional
+        Seconds the broker keeps the session after a disconnect. Default: 0 without a
+        ``client_id``, 86400 (a day) with one. ``0xFFFFFFFF`` never expires.
+    username, password : str, optional
+    tls : bool or ssl.SSLContext
+        True: TLS with the system's certificate authorities and host name checking;
+        an ``ssl.SSLContext``: TLS with that context. Default False (plain TCP).
+    receive_maximum : int
+        1 to 65535, default 100: the messages held beyond demand, and the broker's
+        window of unacknowledged QoS 1 messages.
+    keepalive : int
+        Seconds, default 60.
+    connect_timeout : float
+        Seconds to wait for the TCP connection and for the CONNACK, default 10.
+    max_messages : int, optional
+        Complete after this many messages (taking no more from the broker).
+    acknowledge : "on_next" or "on_durable"
+    decode : callable, optional
+        Turns each :class:`MqttMessage` into the element signalled. If it raises, the
+        stream fails with that error (wrapped in ``ValueError`` naming the topic), and
+        the message is not acknowledged.
+    linger : float
+        With ``acknowledge="on_durable"``: seconds the connection stays open after cancel
+        or completion while signalled messages wait for ``on_durable`` (default 10; the
+        reactive source makes its last call within a second or two as it stops).
+
+    Raises
+    ------
+    ValueError
+        For a parameter that is not accepted (the message names it).
+    MissingExtraError
+        When paho-mqtt is not installed (``pip install 'pyspark-reactive[mqtt]'``).
+
+    Notes
+    -----
+    Errors reach the subscriber as ``on_error(MqttError)``: the broker refused the
+    connection (bad credentials: reason code 134 or 135) or the subscription (SUBACK
+    reason code >= 128), or the connection was lost; each message names ``host:port``
+    and the reason. A subscription is not reconnected: the stream fails instead, and a
+    new subscription with the same persistent session carries on where it stopped.
+
+    Examples
+    --------
+    >>> from reactive_streams.adapters.mqtt import MqttPublisher
+    >>> readings = MqttPublisher("127.0.0.1", "sensors/#", client_id="reader-1")
+    >>> readings
+    MqttPublisher('127.0.0.1:1883', 'sensors/#', qos=1, client_id='reader-1')
+    """
+
+    def __init__(self, host: str, topic: str, *, port: int = 1883, qos: int = 1,
+                 client_id: str = "", clean_start: bool | None = None,
+                 session_expiry: int | None = None, username: str | None = None,
+                 password: str | None = None, tls: bool | ssl.SSLContext = False,
+                 receive_maximum: int = 100, keepalive: int = 60,
+                 connect_timeout: float = 10.0, max_messages: int | None = None,
+                 acknowledge: Literal["on_next", "on_durable"] = "on_next",
+                 decode: Callable[[MqttMessage], T] | None = None,
+                 linger: float = 10.0) -> None:
+        require("paho.mqtt.client", "mqtt", "the mqtt publisher")
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"host {host!r}: a host name or address is needed")
+        self.topic = check_topic_filter(topic)
+        _check_int("port", port, 1, 65535)
+        if qos not in (0, 1) or isinstance(qos, bool):
+            raise ValueError(f"qos {qos!r}: 0 or 1 is accepted (QoS 2 is not: paho keeps a "
+                             f"QoS 2 message in memory between PUBREC and PUBREL, so a crash "
+                             f"there loses it)")
+        if not isinstance(client_id, str):
+            raise ValueError(f"client_id {client_id!r}: a string is needed")
+        clean = (not client_id) if clean_start is None else clean_start
+        if not isinstance(clean, bool):
+            raise ValueError(f"clean_start {clean_start!r}: True or False is accepted")
+        expiry = (86400 if client_id else 0) if session_expiry is None else session_expiry
+        _check_int("session_expiry", expiry, 0, 0xFFFFFFFF)
+        _check_int("receive_maximum", receive_maximum, 1, 65535)
+        _check_int("keepalive", keepalive, 0, 65535)
+        if not (isinstance(linger, (int, float)) and linger >= 0):
+            raise ValueError(f"linger {linger!r}: a number of seconds >= 0 is needed")
+        if not (isinstance(connect_timeout, (int, float)) and connect_timeout > 0):
+            raise ValueError(f"connect_timeout {connect_timeout!r}: a positive number of "
+                             f"seconds is needed")
+        if max_messages is not None:
+            _check_int("max_messages", max_messages, 0, 2**63 - 1)
+        if acknowledge not in ("on_next", "on_durable"):
+            raise ValueError(f"acknowledge {acknowledge!r}: 'on_next' or 'on_durable' is "
+                             f"accepted")
+        if not (isinstance(tls, (bool, ssl.SSLContext))):
+            raise ValueError(f"tls {tls!r}: True, False or an ssl.SSLContext is accepted")
+        self.host, self.port, self.qos = host, port, qos
+        self.client_id, self.clean_start, self.session_expiry = client_id, clean, expiry
+        self.username, self.password, self.tls = username, password, tls
+        self.receive_maximum, self.keepalive = receive_maximum, keepalive
+        self.connect_timeout, self.max_messages = float(connect_timeout), max_messages
+        self.acknowledge = acknowledge
+        self.decode = decode
+        self.linger = float(linger)
+        self._runner = ThreadRunner(max_workers=1, name="mqtt-signals")
+        self._latest: _Session[T] | None = None
+
+    @property
+    def received(self) -> int:
+        """Messages the latest subscription has read from the broker so far (signalled or
+        waiting for demand): what backpressure bounds."""
+        session = self._latest
+        return 0 if session is None else session.received
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        who = f", client_id={self.client_id!r}" if self.client_id else ""
+        return f"MqttPublisher({self.address!r}, {self.topic!r}, qos={self.qos}{who})"
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        """Wait until the broker has acknowledged the latest subscription (SUBACK), or it
+        failed; True if acknowledged. Messages published from then on reach it."""
+        session = self._latest
+        return session is not None and session.subscribed.wait(timeout) and (
+            session.granted)
+
+    def subscribe(self, subscriber: Subscriber[T]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        session: _Session[T] = _Session(self)
+        self._latest = session
+        emitter: Emitter[T] = Emitter(_Counting(subscriber, session), session,
+                                      self._runner.acquire())
+        session.start(emitter)
+
+    def on_durable(self, count: int) -> None:
+        """The first ``count`` elements signalled to the latest subscription are durable:
+        acknowledge the QoS 1 messages among them (with ``acknowledge="on_durable"``;
+        otherwise they were acknowledged at ``on_next`` already and this does nothing).
+
+        Called by the ``reactive`` source from its log's thread; ``count`` only grows. After
+        the subscription was cancelled or completed, the call waits (at most 2 s) until the
+        acknowledgements are written and the client has disconnected, since the caller's
+        process may end right after it.
+        """
+        session = self._latest
+        if session is not None and self.acknowledge == "on_durable":
+            session.durable(count)
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name} {value!r}: an integer from {low} to {high} is accepted")
+
+
+class _Counting(Subscriber[T], Generic[T]):
+    """The subscriber as the emitter sees it: tells the session each element it took."""
+
+    def __init__(self, subscriber: Subscriber[T], session: _Session[T]) -> None:
+        self._subscriber = subscriber
+        self._session = session
+
+    def __repr__(self) -> str:
+        return repr(self._subscriber)
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self._subscriber.on_subscribe(subscription)
+
+    def on_next(self, element: T) -> None:
+        self._subscriber.on_next(element)
+        # Only now: a message whose on_next raised (or never ran) is not acknowledged.
+        self._session.signalled()
+
+    def on_error(self, error: BaseException) -> None:
+        self._subscriber.on_error(error)
+
+    def on_complete(self) -> None:
+        self._subscriber.on_complete()
+
+
+class _Session(Source[T], Generic[T]):
+    """One subscription's connection: the network loop's thread and the messages it read.
+
+    The network thread is the only one that touches the paho client. Other threads hand
+    it acknowledgements through ``_acks`` and wake it through a socket pair.
+    """
+
+    def __init__(self, publisher: MqttPublisher[T]) -> None:
+        self.p = publisher
+        self._lock = threading.Lock()
+        self._buffer: deque[tuple[MqttMessage, int]] = deque()  # (message, mid) read
+        self._taking: deque[tuple[int, int]] = deque()  # (qos, mid) pulled, not signalled
+        self._awaiting: deque[tuple[int, int]] = deque()  # (sequence, mid) signalled, QoS 1
+        self._acks: deque[int] = deque()  # mids for the network thread to acknowledge
+        self._signalled = 0  # elements signalled (the sequence of on_durable)
+        self.received = 0  # messages read from the broker
+        self.subscribed = threading.Event()  # SUBACK arrived, or the stream failed
+        self.granted = False  # the SUBACK granted the subscription
+        self._taken = 0  # messages pulled (for max_messages)
+        self._terminal: Terminal | None = None
+        self._closing = False
+        self._closed_at = 0.0
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._emitter: Emitter[T] | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"mqtt {publisher.address} {publisher.topic}")
+        self._released = False
+
+    def start(self, emitter: Emitter[T]) -> None:
+        self._emitter = emitter
+        emitter.start()
+        self._thread.start()
+
+    # -- the emitter's side (its loop, one call at a time) ------------------------------
+
+    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+        decode = self.p.decode
+        limit = self.p.max_messages
+        elements: list[Any] = []
+        with self._lock:
+            if limit is not None:
+                n = min(n, limit - self._taken)
+            wake = len(self._buffer) >= self._room_limit()
+            while len(elements) < n and self._buffer:
+                message, mid = self._buffer[0]
+                if decode is not None:
+                    try:
+                        element: Any = decode(message)
+                    except Exception as exc:
+                        self._terminal = ValueError(
+                            f"mqtt {self.p.address}: decoding a message of topic "
+                            f"{message.topic!r} failed: {exc!r}")
+                        self._terminal.__cause__ = exc
+                        break
+                    if element is None:
+                        self._terminal = TypeError(
+                            f"§2.13: decode returned None for a message of topic "
+                            f"{message.topic!r}")
+                        break
+                else:
+                    element = message
+                self._buffer.popleft()
+                self._taking.append((message.qos, mid))
+                elements.append(element)
+            self._taken += len(elements)
+            # A failure is signalled after the elements pulled with it, and without
+            # waiting for demand (§1.4); what is still read and not signalled is not
+            # acknowledged, so a persistent session redelivers it.
+            terminal: Terminal | None = self._terminal
+            if limit is not None and self._taken >= limit:
+                terminal = COMPLETE
+        if wake and elements:
+            self._wake()  # reading was paused for want of room
+        return elements, terminal
+
+    def signalled(self) -> None:
+        """The subscriber's on_next returned for the oldest element pulled."""
+        wake = False
+        with self._lock:
+            qos, mid = self._taking.popleft()
+            self._signalled += 1
+            if qos > 0:
+                if self.p.acknowledge == "on_next":
+                    self._acks.append(mid)
+                    wake = True
+                else:
+                    self._awaiting.append((self._signalled, mid))
+        if wake:
+            self._wake()
+
+    def close(self) -> None:
+        # Cancel, completion or failure: stop reading, acknowledge what is due, disconnect.
+        with self._lock:
+            self._closing = True
+            self._closed_at = time.monotonic()
+            self._emitter = None
+            released, self._released = self._released, True
+        if not released:
+            self.p._runner.release()
+        self._wake()
+
+    # -- on_durable ---------------------------------------------------------------------
+
+    def durable(self, count: int) -> None:
+        with self._lock:
+            while self._awaiting and self._awaiting[0][0] <= count:
+                self._acks.append(self._awaiting.popleft()[1])
+            closing = self._closing
+        self._wake()
+        if closing and threading.current_thread() is not self._thread:
+            # The caller may end its process next: let the acknowledgements go out.
+            self._thread.join(2.0)
+
+    # -- the network thread -------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already awake (the pair is full), or the thread has ended
+
+    def _room_limit(self) -> int:
+        return self.p.receive_maximum
+
+    def _room(self) -> bool:
+        # Under the lock. Read only while fewer than receive_maximum messages wait, and
+        # never more than max_messages in all.
+        if self._closing:
+            return False
+        waiting = len(self._buffer)
+        limit = self.p.max_messages
+        if limit is not None and self._taken + waiting >= limit:
+            return False
+        return waiting < self._room_limit()
+
+    def _fail(self, error: BaseException) -> None:
+        self.subscribed.set()
+        emitter = None
+        with self._lock:
+            if self._terminal is None and not self._closing:
+                self._terminal = error
+                emitter = self._emitter
+        if emitter is not None:
+            emitter.signal()
+
+    def _run(self) -> None:
+        client = None
+        try:
+            client = self._connect()
+            if client is not None:
+                self._loop(client)
+        except Exception as exc:  # a bug here must not leave the subscriber waiting
+            log.exception("mqtt %s: the network loop failed", self.p.address)
+            self._fail(MqttError(f"mqtt {self.p.address}: the network loop failed: {exc!r}"))
+        finally:
+            if client is not None:
+                sock = client.socket()
+                if sock is not None:
+                    try:
+                        sock.close()
+                    except OSError:
+                        pass
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _connect(self) -> Any:
+        mqtt = require("paho.mqtt.client", "mqtt", "the mqtt publisher")
+        from paho.mqtt.enums import CallbackAPIVersion
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+        from paho.mqtt.subscribeoptions import SubscribeOptions
+
+        p = self.p
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=p.client_id,
+                             protocol=mqtt.MQTTv5, manual_ack=True)
+        client.connect_timeout = p.connect_timeout
+        if p.username is not None:
+            client.username_pw_set(p.username, p.password)
+        if isinstance(p.tls, ssl.SSLContext):
+            client.tls_set_context(p.tls)
+        elif p.tls:
+            client.tls_set()
+        self._connack: Any = None
+
+        def on_connect(client: Any, userdata: Any, flags: Any, reason: Any,
+                       properties: Any) -> None:
+            self._connack = reason
+            if reason.is_failure:
+                self._fail(MqttError(f"mqtt {p.address}: the broker refused the connection: "
+                                     f"{reason} (reason code {reason.value})"))
+                return
+            # Retain handling 1: retained messages only when the subscription is new, so
+            # a resumed session does not get them again.
+            client.subscribe(p.topic, options=SubscribeOptions(qos=p.qos, retainHandling=1))
+
+        def on_subscribe(client: Any, userdata: Any, mid: int, reasons: Any,
+                         properties: Any) -> None:
+            self.granted = not any(reason.is_failure for reason in reasons)
+            self.subscribed.set()
+            for reason in reasons:
+                if reason.is_failure:
+                    self._fail(MqttError(
+                        f"mqtt {p.address}: the broker refused the subscription to "
+                        f"{p.topic!r}: {reason} (reason code {reason.value})"))
+                elif reason.value < p.qos:
+                    log.warning("mqtt %s: the broker granted QoS %d for %r, not %d: its "
+                                "messages are not acknowledged nor redelivered", p.address,
+                                reason.value, p.topic, p.qos)
+
+        def on_message(client: Any, userdata: Any, message: Any) -> None:
+            record = MqttMessage(message.topic, bytes(message.payload), message.qos,
+                                 bool(message.retain), time.time())
+            with self._lock:
+                self._buffer.append((record, message.mid))
+                self.received += 1
+                emitter = self._emitter
+            if emitter is not None:
+                emitter.signal()
+
+        def on_disconnect(client: Any, userdata: Any, flags: Any, reason: Any,
+                          properties: Any) -> None:
+            if not self._closing:
+                self._fail(MqttError(f"mqtt {p.address}: the connection was lost: {reason} "
+                                     f"(reason code {getattr(reason, 'value', reason)})"))
+
+        def on_socket_close(client: Any, userdata: Any, sock: Any) -> None:
+            if self._closing:
+                _close_gracefully(sock)
+
+        client.on_connect = on_connect
+        client.on_socket_close = on_socket_close
+        client.on_subscribe = on_subscribe
+        client.on_message = on_message
+        client.on_disconnect = on_disconnect
+        properties = Properties(PacketTypes.CONNECT)
+        properties.ReceiveMaximum = p.receive_maximum
+        if p.session_expiry:
+            properties.SessionExpiryInterval = p.session_expiry
+        try:
+            client.connect(p.host, p.port, keepalive=p.keepalive, clean_start=p.clean_start,
+                           properties=properties)
+        except (OSError, ValueError) as exc:
+            self._fail(MqttError(f"mqtt {p.address}: could not connect: {exc}"))
+            return None
+        return client
+
+    def _loop(self, client: Any) -> None:
+        from paho.mqtt.enums import MQTTErrorCode
+
+        p = self.p
+        deadline = time.monotonic() + p.connect_timeout
+        last_ping = time.monotonic()
+        while True:
+            with self._lock:
+                reading = self._room()
+                closing = self._closing
+                acks, self._acks = self._acks, deque()
+                awaiting = bool(self._awaiting)
+            for mid in acks:
+                client.ack(mid, 1)
+            if self._connack is None and time.monotonic() > deadline:
+                self._fail(MqttError(f"mqtt {p.address}: no CONNACK within "
+                                     f"{p.connect_timeout:g} s"))
+                return
+            if self._connack is not None and self._connack.is_failure:
+                return  # on_connect failed the stream
+            if closing and not (p.acknowledge == "on_durable" and awaiting
+                                and time.monotonic() - self._closed_at < p.linger):
+                self._disconnect(client)
+                return
+            sock = client.socket()
+            if sock is None:
+                self._fail(MqttError(f"mqtt {p.address}: the connection was lost"))
+                return
+            pending = reading and getattr(sock, "pending", lambda: 0)() > 0
+            rlist: list[Any] = [self._wake_r, sock] if reading else [self._wake_r]
+            wlist = [sock] if client.want_write() else []
+            try:
+                readable, _, _ = select.select(rlist, wlist, [], 0 if pending else _TICK)
+            except (OSError, ValueError):
+                readable = []
+            if self._wake_r in readable:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+            rc = MQTTErrorCode.MQTT_ERR_SUCCESS
+            if reading and (pending or sock in readable):
+                rc = self._read_burst(client)
+            if rc == MQTTErrorCode.MQTT_ERR_SUCCESS and client.want_write():
+                rc = client.loop_write()
+            if rc == MQTTErrorCode.MQTT_ERR_SUCCESS:
+                if reading:
+                    # Only now: the socket was drained, so a PINGRESP was read if sent.
+                    rc = client.loop_misc()
+                    last_ping = time.monotonic()
+                elif p.keepalive and time.monotonic() - last_ping >= p.keepalive / 2:
+                    # Paused: paho's keepalive check would close the connection for
+                    # want of reading, so ping the broker ourselves (paho has no public
+                    # call for a PINGREQ).
+                    send_ping = getattr(client, "_send_pingreq", None)
+                    rc = send_ping() if send_ping is not None else client.loop_misc()
+                    last_ping = time.monotonic()
+            if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                if not self._closing:
+                    self._fail(MqttError(f"mqtt {p.address}: the connection was lost: "
+                                         f"{_error_string(rc)}"))
+                return
+
+    def _read_burst(self, client: Any) -> Any:
+        from paho.mqtt.enums import MQTTErrorCode
+
+        sock = client.socket()
+        for _ in range(_BURST):
+            with self._lock:
+                if not self._room():
+                    break
+                before = len(self._buffer) + self._taken
+            rc = client.loop_read()
+            if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                return rc
+            with self._lock:
+                progressed = len(self._buffer) + self._taken != before
+            if not progressed and not (sock is not None
+                                       and getattr(sock, "pending", lambda: 0)() > 0):
+                break  # nothing more to read now, or a packet other than PUBLISH
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def _disconnect(self, client: Any) -> None:
+        # What was read and not signalled is not acknowledged: a persistent session has
+        # the broker send it again at the next connection.
+        if self._connack is None or self._connack.is_failure or client.socket() is None:
+            return
+        client.disconnect()
+        deadline = time.monotonic() + 2.0
+        while client.socket() is not None and client.want_write():
+            if time.monotonic() > deadline:
+                break
+            try:
+                select.select([], [client.socket()], [], 0.1)
+            except (OSError, ValueError, TypeError):
+                break
+            client.loop_write()
+
+
+def _close_gracefully(sock: Any, timeout: float = 2.0) -> None:
+    """Before paho closes the socket after our DISCONNECT: end our side and read until the
+    broker closes its own. Closing a socket with unread data (the messages reading was
+    paused for) sends a TCP reset, and the broker may then discard the acknowledgements
+    and the DISCONNECT it had not read yet."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            readable, _, _ = select.select([sock], [], [], left)
+            if not readable or not sock.recv(65536):
+                return
+        except (BlockingIOError, ssl.SSLWantReadError):
+            continue
+        except (OSError, ValueError):
+            return
+
+
+def _error_string(rc: Any) -> str:
+    mqtt = require("paho.mqtt.client", "mqtt", "the mqtt publisher")
+    return f"{mqtt.error_string(rc)} (paho error {int(rc)})"

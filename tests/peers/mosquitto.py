@@ -1,0 +1,172 @@
+"""A real MQTT 5 broker for the tests: mosquitto on 127.0.0.1 on free ports, ended by pid.
+
+:class:`Broker` writes a config to a temporary directory (persistence there, no limit on
+queued messages so 10,000 can wait for a slow session), starts ``mosquitto -c`` and waits
+until its ports accept connections. Two listeners: ``port`` takes anonymous clients;
+``closed_port`` takes no one (no anonymous clients, no password file), so a connection
+there is refused with reason code 135 (Not authorized). An ACL lets anonymous clients
+read and write every topic but ``forbidden/#``, which the broker refuses to subscribe.
+
+:func:`publish` sends messages as fast as one paho client can, waiting for every QoS 1
+PUBACK before it returns.
+
+Run as a script to serve a broker until interrupted (``python tests/peers/mosquitto.py``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+
+__all__ = ["Broker", "free_port", "publish"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Broker:
+    """A mosquitto process: ``start()`` it, ``stop()`` it (by pid); a context manager too.
+
+    Parameters
+    ----------
+    directory : path, optional
+        Where the config, log and persistence file go; a fresh temporary directory if
+        omitted (removed at ``stop()``). Give the same one to a new broker to keep the
+        sessions of a stopped one.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self._own_dir = directory is None
+        self.dir = Path(directory if directory is not None
+                        else tempfile.mkdtemp(prefix="mosquitto-"))
+        self.port = free_port()
+        self.closed_port = free_port()
+        self.host = "127.0.0.1"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> str:
+        path = self.dir / "mosquitto.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def start(self, timeout: float = 10.0) -> Broker:
+        acl = self.dir / "acl"
+        acl.write_text("topic deny forbidden/#\ntopic readwrite #\n")
+        config = self.dir / "mosquitto.conf"
+        config.write_text("\n".join([
+            # Run as whoever started it (as root, mosquitto would become "mosquitto",
+            # which cannot read this directory).
+            f"user {getpass.getuser()}",
+            "per_listener_settings true",
+            f"listener {self.port} 127.0.0.1",
+            "allow_anonymous true",
+            f"acl_file {acl}",
+            f"listener {self.closed_port} 127.0.0.1",
+            "allow_anonymous false",
+            "persistence true",
+            f"persistence_location {self.dir}/",
+            "autosave_interval 1",
+            "max_queued_messages 1000000",
+            "max_queued_bytes 0",
+            f"log_dest file {self.dir / 'mosquitto.log'}",
+            "log_type error", "log_type warning", "log_type notice", "log_type information",
+            "",
+        ]))
+        self.process = subprocess.Popen([MOSQUITTO, "-c", str(config)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                error = self.process.stderr.read().decode(errors="replace") if (
+                    self.process.stderr) else ""
+                raise RuntimeError(f"mosquitto exited with {self.process.returncode}: "
+                                   f"{error}\n{self.log}")
+            try:
+                for port in (self.port, self.closed_port):
+                    socket.create_connection((self.host, port), timeout=0.5).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"mosquitto did not listen within {timeout} s:\n"
+                                       f"{self.log}") from None
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the broker by its pid (it saves its persistence file), then SIGKILL."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout)
+        if process is not None and process.stderr is not None:
+            process.stderr.close()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def publish(host: str, port: int, topic: str, payloads: Iterable[bytes | str], *,
+            qos: int = 1, retain: bool = False, timeout: float = 60.0) -> int:
+    """Publish ``payloads`` to ``topic`` as fast as one client can; return how many.
+
+    Waits until the broker has acknowledged every QoS 1/2 message (and, for QoS 0, until
+    the client has written them all out).
+    """
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    client.max_inflight_messages_set(1000)
+    client.max_queued_messages_set(0)
+    connected = threading.Event()
+    client.on_connect = lambda c, u, f, rc, p: connected.set()
+    client.connect(host, port)
+    client.loop_start()
+    try:
+        if not connected.wait(timeout):
+            raise TimeoutError(f"no CONNACK from {host}:{port} within {timeout} s")
+        infos = [client.publish(topic, payload, qos=qos, retain=retain) for payload in payloads]
+        deadline = time.monotonic() + timeout
+        for info in infos:
+            info.wait_for_publish(max(0.0, deadline - time.monotonic()))
+            if not info.is_published():
+                raise TimeoutError(f"message {info.mid} to {topic} not acknowledged within "
+                                   f"{timeout} s")
+        return len(infos)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+if __name__ == "__main__":
+    with Broker() as broker:
+        print(f"mosquitto on {broker.host}:{broker.port} (pid {broker.process.pid}); "
+              f"Ctrl-C ends it", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,261 @@
+"""MqttPublisher against a real mosquitto on 127.0.0.1: the TCK, the bound on what is read
+beyond demand, acknowledgement and redelivery by a persistent session, and the errors.
+
+The broker (tests/peers/mosquitto.py) runs for the module on free ports and is ended by
+its pid. Each test uses topics and client ids of its own.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import mosquitto
+import pytest
+from rs_support import Recorder
+
+from reactive_streams import Publisher, collect
+from reactive_streams.adapters.mqtt import MqttError, MqttMessage, MqttPublisher
+from reactive_streams.tck.environment import TestEnvironment
+from reactive_streams.tck.publisher import PublisherVerification
+
+#: The TCK's finite publishers are retained messages, one per topic, published up front.
+TCK_MAX_ELEMENTS = 64
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[mosquitto.Broker]:
+    with mosquitto.Broker() as running:
+        yield running
+
+
+def _topic(name: str) -> str:
+    return f"{name}/{uuid.uuid4().hex[:8]}"
+
+
+def _subscribed(publisher: MqttPublisher[Any], recorder: Recorder) -> None:
+    publisher.subscribe(recorder)
+    assert publisher.wait_subscribed(10), f"no SUBACK; errors {recorder.errors}"
+
+
+def _wait(condition: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class TestMqttPublisherTck(PublisherVerification[MqttMessage]):
+    """Finite streams are ``elements`` retained messages (one per subtopic) and
+    ``max_messages=elements``; the failed publisher connects to the broker's listener
+    that refuses everyone."""
+
+    broker: mosquitto.Broker
+
+    @pytest.fixture(autouse=True)
+    def _broker(self, broker: mosquitto.Broker) -> None:
+        self.broker = broker
+
+    def create_test_environment(self) -> TestEnvironment:
+        # Connecting and receiving the retained messages takes a few milliseconds.
+        return TestEnvironment(default_timeout_millis=1000,
+                               default_no_signals_timeout_millis=200)
+
+    def stochastic_runs(self, default: int) -> int:
+        return min(default, 3)  # each run connects to the broker
+
+    def max_elements_from_publisher(self) -> int:
+        return TCK_MAX_ELEMENTS
+
+    def create_publisher(self, elements: int) -> Publisher[MqttMessage]:
+        topic = _topic("tck")
+        if elements:
+            for i in range(elements):
+                mosquitto.publish(self.broker.host, self.broker.port, f"{topic}/{i}",
+                                  [str(i)], retain=True)
+        return MqttPublisher(self.broker.host, f"{topic}/#", port=self.broker.port,
+                             max_messages=elements)
+
+    def create_failed_publisher(self) -> Publisher[MqttMessage] | None:
+        return MqttPublisher(self.broker.host, "tck/failed", port=self.broker.closed_port)
+
+
+def test_reads_at_most_receive_maximum_beyond_demand_qos1(broker: mosquitto.Broker) -> None:
+    topic = _topic("demand1")
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        broker.host, topic, port=broker.port, receive_maximum=10)
+    recorder = Recorder(initial=5)
+    _subscribed(publisher, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(200)])
+    recorder.wait_for_elements(5)
+    # The publisher fills its room of 10 beyond the demand of 5, then stops reading.
+    assert _wait(lambda: publisher.received >= 15), publisher.received
+    time.sleep(0.5)  # watching for more than the bound: nothing may arrive
+    assert publisher.received == 15, f"read {publisher.received} for a demand of 5 + 10"
+    assert len(recorder.elements) == 5
+    recorder.request(50)
+    recorder.wait_for_elements(55)
+    assert _wait(lambda: publisher.received >= 65)
+    time.sleep(0.3)
+    assert publisher.received == 65, f"read {publisher.received} for a demand of 55 + 10"
+    recorder.request(1000)
+    recorder.wait_for_elements(200)
+    assert [m.payload for m in recorder.elements] == [str(i).encode() for i in range(200)]
+    recorder.cancel()
+    assert not recorder.violations and not recorder.errors
+
+
+def test_qos0_meets_tcp_backpressure(broker: mosquitto.Broker) -> None:
+    topic = _topic("demand0")
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        broker.host, topic, port=broker.port, qos=0, receive_maximum=10)
+    recorder = Recorder(initial=5)
+    _subscribed(publisher, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(2000)], qos=0)
+    recorder.wait_for_elements(5)
+    assert _wait(lambda: publisher.received >= 15)
+    time.sleep(0.5)
+    # The rest waits in the broker or the sockets' buffers, not in the publisher.
+    assert publisher.received == 15
+    recorder.request(10_000)
+    recorder.wait_for_elements(100)
+    recorder.cancel()
+    assert all(m.qos == 0 for m in recorder.elements)
+    assert not recorder.violations and not recorder.errors
+
+
+def _session(broker: mosquitto.Broker, topic: str, client_id: str,
+             **options: Any) -> MqttPublisher[MqttMessage]:
+    return MqttPublisher(broker.host, topic, port=broker.port, client_id=client_id,
+                         receive_maximum=5, **options)
+
+
+def test_a_persistent_session_redelivers_what_was_not_signalled(
+        broker: mosquitto.Broker) -> None:
+    topic, client_id = _topic("ack"), f"ack-{uuid.uuid4().hex[:8]}"
+    first = _session(broker, topic, client_id)
+    recorder = Recorder(initial=3)
+    _subscribed(first, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(10)])
+    recorder.wait_for_elements(3)
+    assert _wait(lambda: first.received >= 8)  # 3 signalled (acknowledged), 5 held
+    recorder.cancel()
+    assert _wait(lambda: first._latest is not None and not first._latest._thread.is_alive())
+
+    again = collect(_session(broker, topic, client_id, max_messages=7), timeout=20)
+    assert [m.payload for m in again] == [str(i).encode() for i in range(3, 10)]
+
+
+def test_on_durable_acknowledges_exactly_the_first_count(broker: mosquitto.Broker) -> None:
+    topic, client_id = _topic("durable"), f"durable-{uuid.uuid4().hex[:8]}"
+    payloads = [str(i).encode() for i in range(10)]
+    first = _session(broker, topic, client_id, acknowledge="on_durable", linger=0.2)
+    recorder = Recorder(initial=4)
+    _subscribed(first, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, payloads)
+    recorder.wait_for_elements(4)
+    first.on_durable(2)
+    recorder.cancel()  # 3 and 4 were signalled, never durable: after linger, disconnect
+    session = first._latest
+    assert session is not None
+    session._thread.join(5)
+    assert not session._thread.is_alive()
+
+    second = _session(broker, topic, client_id, acknowledge="on_durable")
+    recorder = Recorder(initial=3)
+    # No wait for the SUBACK: the resumed session's messages come first, and reading
+    # pauses once 5 wait beyond the demand of 3, before the SUBACK is read.
+    second.subscribe(recorder)
+    recorder.wait_for_elements(3)
+    assert [m.payload for m in recorder.elements] == payloads[2:5]
+    recorder.cancel()
+    session = second._latest
+    assert session is not None and _wait(lambda: session._closing)
+    # As the reactive source does: the last on_durable comes after cancel; its
+    # acknowledgements go out and the client disconnects before it returns.
+    began = time.monotonic()
+    second.on_durable(3)
+    assert not session._thread.is_alive() and time.monotonic() - began < 2
+
+    again = collect(_session(broker, topic, client_id, max_messages=5), timeout=20)
+    assert [m.payload for m in again] == payloads[5:]
+
+
+def test_retained_messages_and_the_message_record(broker: mosquitto.Broker) -> None:
+    topic = _topic("retained")
+    mosquitto.publish(broker.host, broker.port, f"{topic}/a", [b"\x00\xff"], retain=True)
+    before = time.time()
+    [message] = collect(MqttPublisher(broker.host, f"{topic}/+", port=broker.port,
+                                      max_messages=1, decode=None), timeout=10)
+    assert message.topic == f"{topic}/a" and message.payload == b"\x00\xff"
+    assert message.retain and message.qos == 1
+    assert before - 1 <= message.timestamp <= time.time()
+
+
+def test_decode_and_its_failure(broker: mosquitto.Broker) -> None:
+    topic = _topic("decode")
+    mosquitto.publish(broker.host, broker.port, f"{topic}/1", [b"12"], retain=True)
+    assert collect(MqttPublisher(broker.host, f"{topic}/#", port=broker.port,
+                                 max_messages=1, decode=lambda m: int(m.payload)),
+                   timeout=10) == [12]
+    mosquitto.publish(broker.host, broker.port, f"{topic}/2", [b"x"], retain=True)
+    with pytest.raises(ValueError, match=f"decoding a message of topic '{topic}/2'"):
+        collect(MqttPublisher(broker.host, f"{topic}/2", port=broker.port,
+                              decode=lambda m: int(m.payload)), timeout=10)
+
+
+def test_errors_name_the_broker_and_the_reason(broker: mosquitto.Broker) -> None:
+    with pytest.raises(MqttError, match=rf"127\.0\.0\.1:{broker.closed_port}: the broker "
+                                        r"refused the connection: Not authorized \(reason "
+                                        r"code 135\)"):
+        collect(MqttPublisher(broker.host, "x", port=broker.closed_port), timeout=10)
+    port = mosquitto.free_port()
+    with pytest.raises(MqttError, match=rf"127\.0\.0\.1:{port}: could not connect"):
+        collect(MqttPublisher(broker.host, "x", port=port), timeout=10)
+
+
+def test_a_lost_connection_fails_the_stream(tmp_path: Any) -> None:
+    own = mosquitto.Broker(tmp_path).start()
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(own.host, "lost", port=own.port)
+    recorder = Recorder(initial=1)
+    try:
+        _subscribed(publisher, recorder)
+    finally:
+        own.stop()
+    assert recorder.done.wait(10)
+    [error] = recorder.errors
+    assert isinstance(error, MqttError) and f"{own.host}:{own.port}" in str(error)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"topic": "a/#/b"}, "'#' must be the whole last level"),
+    ({"topic": "a/b+"}, "'+' must be a whole level"),
+    ({"topic": ""}, "a non-empty string"),
+    ({"qos": 2}, "0 or 1 is accepted"),
+    ({"receive_maximum": 0}, "receive_maximum 0: an integer from 1 to 65535"),
+    ({"port": 70000}, "port 70000"),
+    ({"acknowledge": "later"}, "'on_next' or 'on_durable'"),
+    ({"tls": "yes"}, "True, False or an ssl.SSLContext"),
+])
+def test_parameters_are_checked(options: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = {"topic": "t", **options}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MqttPublisher("127.0.0.1", arguments.pop("topic"), **arguments)
+
+
+def test_subscribe_returns_before_connecting() -> None:
+    # Nothing listens on this port; subscribe must still return at once.
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        "127.0.0.1", "t", port=mosquitto.free_port())
+    recorder = Recorder()
+    began = time.monotonic()
+    publisher.subscribe(recorder)
+    assert time.monotonic() - began < 0.5
+    assert recorder.done.wait(10) and recorder.errors
+    assert threading.active_count() < 50
