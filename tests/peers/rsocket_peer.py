@@ -5,7 +5,8 @@ built-in ``rsocket`` publisher, ``serve`` and ``expose`` are tested and measured
 demand it is given, and records every request and how many payloads it had sent at that
 moment. :class:`PlainClient` requests a stream with demand the test controls, and keeps
 every payload. Each runs its own event loop on a thread of its own, started and stopped
-by the test (``with`` blocks).
+by the test (``with`` blocks). :class:`RecordingRange` is the other side's local
+publisher: it records the demand that reaches it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reactivestreams.subscriber import Subscriber
+from reactivestreams.subscriber import Subscriber as RSocketSubscriber
 from rsocket.extensions.composite_metadata import CompositeMetadata
 from rsocket.extensions.helpers import composite, route
 from rsocket.extensions.mimetypes import WellKnownMimeTypes
@@ -28,6 +29,8 @@ from rsocket.request_handler import BaseRequestHandler
 from rsocket.rsocket_client import RSocketClient
 from rsocket.rsocket_server import RSocketServer
 from rsocket.transports.tcp import TransportTCP
+
+from reactive_streams import Publisher, RangePublisher, Subscriber, Subscription
 
 UNBOUNDED_REQUEST_N = 2**31 - 1
 # Payloads sent between two yields to the loop, so the connection's writer keeps up.
@@ -233,7 +236,7 @@ class CountingServer:
         self.close()
 
 
-class _Keeper(Subscriber):
+class _Keeper(RSocketSubscriber):
     def __init__(self, client: PlainClient) -> None:
         self._client = client
 
@@ -327,3 +330,64 @@ class PlainClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class RecordingRange(Publisher[Any]):
+    """``convert(i)`` for ``i`` in ``range(count)``, recording the demand each subscription
+    is given: every ``request(n)``, the elements delivered, the most ever outstanding."""
+
+    def __init__(self, count: int, convert: Callable[[int], Any] = lambda i: i) -> None:
+        self._inner = RangePublisher(0, count)
+        self._convert = convert
+        self.requests: list[int] = []
+        self.delivered = 0
+        self.max_outstanding = 0
+        self.subscriptions = 0
+        self.cancelled = threading.Event()
+        self._lock = threading.Lock()
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        with self._lock:
+            self.subscriptions += 1
+        self._inner.subscribe(_Tap(self, subscriber))
+
+    def requested(self, n: int) -> None:
+        with self._lock:
+            self.requests.append(n)
+            self.max_outstanding = max(self.max_outstanding,
+                                       sum(self.requests) - self.delivered)
+
+    def signalled(self) -> None:
+        with self._lock:
+            self.delivered += 1
+
+
+class _Tap(Subscriber[int], Subscription):
+    def __init__(self, recording: RecordingRange, downstream: Subscriber[Any]) -> None:
+        self._recording = recording
+        self._downstream = downstream
+        self._upstream: Subscription | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self._upstream = subscription
+        self._downstream.on_subscribe(self)
+
+    def on_next(self, element: int) -> None:
+        self._recording.signalled()
+        self._downstream.on_next(self._recording._convert(element))
+
+    def on_error(self, error: BaseException) -> None:
+        self._downstream.on_error(error)
+
+    def on_complete(self) -> None:
+        self._downstream.on_complete()
+
+    def request(self, n: int) -> None:
+        self._recording.requested(n)
+        assert self._upstream is not None
+        self._upstream.request(n)
+
+    def cancel(self) -> None:
+        self._recording.cancelled.set()
+        assert self._upstream is not None
+        self._upstream.cancel()

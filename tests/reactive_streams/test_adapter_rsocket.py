@@ -5,21 +5,18 @@ two of ours against each other."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from rs_support import Recorder
-from rsocket_peer import CountingServer, PlainClient
+from rsocket_peer import CountingServer, PlainClient, RecordingRange, numbered
 
 from reactive_streams import (
     UNBOUNDED,
     IterablePublisher,
     Publisher,
     RangePublisher,
-    Subscriber,
-    Subscription,
     collect,
 )
 from reactive_streams.adapters.rsocket import (
@@ -181,44 +178,8 @@ class TestRSocketPublisherTCK(PublisherVerification[int]):
 # -- serve() against a plain rsocket-py client -----------------------------------------------
 
 
-class _Recording(Publisher[bytes]):
-    """A local publisher that records the demand it is given."""
-
-    def __init__(self, count: int) -> None:
-        self.inner = RangePublisher(0, count)
-        self.requests: list[int] = []
-        self.cancelled = threading.Event()
-
-    def subscribe(self, subscriber: Subscriber[bytes]) -> None:
-        outer = self
-
-        class Tap(Subscriber[int], Subscription):
-            def on_subscribe(self, subscription: Subscription) -> None:
-                self.upstream = subscription
-                subscriber.on_subscribe(self)
-
-            def on_next(self, element: int) -> None:
-                subscriber.on_next(str(element).encode())
-
-            def on_error(self, error: BaseException) -> None:
-                subscriber.on_error(error)
-
-            def on_complete(self) -> None:
-                subscriber.on_complete()
-
-            def request(self, n: int) -> None:
-                outer.requests.append(n)
-                self.upstream.request(n)
-
-            def cancel(self) -> None:
-                outer.cancelled.set()
-                self.upstream.cancel()
-
-        self.inner.subscribe(Tap())
-
-
 def test_served_publisher_is_paced_by_the_remote_request_n() -> None:
-    local = _Recording(10_000)
+    local = RecordingRange(10_000, numbered)
     with serve(local, route="numbers") as service, PlainClient(service.port) as client:
         client.request_stream(10, route_name="numbers")
         client.wait_payloads(10)
@@ -232,7 +193,7 @@ def test_served_publisher_is_paced_by_the_remote_request_n() -> None:
 
 
 def test_served_unbounded_demand_is_taken_in_prefetch_steps() -> None:
-    local = _Recording(3000)
+    local = RecordingRange(3000, numbered)
     with serve(local, prefetch=1000) as service, PlainClient(service.port) as client:
         client.request_stream(UNBOUNDED_REQUEST_N)
         client.wait_end()

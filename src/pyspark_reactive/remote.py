@@ -1,0 +1,235 @@
+"""Publishers of this process, served over RSocket (extra ``rsocket``): :func:`expose` a live
+publisher to a streaming query's source, which runs in another process and connects back
+over 127.0.0.1, and :func:`serve_publisher` a query's output (a ``ForeachBatchPublisher``)
+to remote clients, whose REQUEST_N then paces the query.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import Row
+
+from reactive_streams import Publisher
+
+__all__ = ["Exposed", "expose", "serve_publisher", "to_json"]
+
+_FORMATS = ("json", "text", "bytes")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Row):
+        return value.asDict(recursive=True)
+    raise TypeError(f"a value of type {type(value).__name__} has no JSON form")
+
+
+def to_json(element: Any) -> bytes:
+    """One element as a JSON document (UTF-8): what :func:`serve_publisher` sends per row,
+    and what :func:`expose` sends by default.
+
+    A ``Row`` becomes an object by field name; a dict an object; a tuple or list an array
+    (a row by position); a number, string, bool or ``None`` itself. Inside them,
+    timestamps, dates and times become ISO 8601 strings, decimals strings, and binary
+    values base64 strings.
+
+    Parameters
+    ----------
+    element : object
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    TypeError
+        For a value with no JSON form.
+
+    Examples
+    --------
+    >>> import datetime
+    >>> to_json(Row(id=7, at=datetime.date(2026, 1, 2), tags=["a"]))
+    b'{"id":7,"at":"2026-01-02","tags":["a"]}'
+    >>> to_json((1, "x"))
+    b'[1,"x"]'
+    """
+    if isinstance(element, Row):
+        element = element.asDict(recursive=True)
+    return json.dumps(element, default=_json_value, separators=(",", ":"),
+                      ensure_ascii=False).encode("utf-8")
+
+
+def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
+                    route: str | None = None, *, prefetch: int = 1024) -> Any:
+    """Serve a Publisher of rows, such as a query's ``ForeachBatchPublisher``, as an RSocket
+    request-stream whose payloads are the rows as JSON objects (:func:`to_json`).
+
+    Each remote client's REQUEST_STREAM subscribes to the publisher, and its REQUEST_N
+    becomes ``request(n)``: a ``ForeachBatchPublisher`` returns from a micro-batch only
+    once every subscriber has taken it, so a client that requests slowly holds the query
+    back, and the query's source then requests nothing more upstream. CANCEL, or a closed
+    connection, cancels that subscription; the end of the query ends every stream
+    (COMPLETE, or ERROR with the query's exception).
+
+    Parameters
+    ----------
+    publisher : Publisher
+        Of rows (``Row``, dict or tuple elements). With :func:`~pyspark_reactive.publish`,
+        pass ``when_unsubscribed="wait"`` (its default) so that no batch goes by before a
+        client has subscribed.
+    host : str
+        The address to listen on; ``0.0.0.0`` serves other machines too (RSocket over TCP
+        has no authentication here: serve only networks you trust).
+    port : int
+        The port; 0 (default) picks a free one (the handle's ``.port``).
+    route : str, optional
+        Answer only this route (routing metadata); ``None``: any.
+    prefetch : int
+        Rows asked of the publisher ahead of those written to a connection, whatever a
+        client's demand (unbounded demand is served in such steps).
+
+    Returns
+    -------
+    reactive_streams.adapters.rsocket.RSocketService
+        Listening; ``close()`` it, or use it in a ``with`` block.
+
+    Examples
+    --------
+    >>> from pyspark_reactive import publish
+    >>> rows = publish(spark.readStream.format("rate").load())            # doctest: +SKIP
+    >>> service = serve_publisher(rows, port=7878, route="rates")        # doctest: +SKIP
+    """
+    from reactive_streams.adapters.rsocket import serve
+
+    return serve(publisher, host, port, route, encode=to_json, prefetch=prefetch)
+
+
+class Exposed:
+    """A live publisher served on 127.0.0.1 for a query's source; made by :func:`expose`.
+
+    Attributes
+    ----------
+    options : dict of str to str
+        The reader options that read it: ``publisher=rsocket``, ``host``, ``port``,
+        ``format`` and ``route`` (when one was given).
+    service : reactive_streams.adapters.rsocket.RSocketService
+        The server.
+    """
+
+    def __init__(self, service: Any, fmt: str, route: str | None) -> None:
+        self.service = service
+        self.options: dict[str, str] = {"publisher": "rsocket", "host": service.host,
+                                        "port": str(service.port), "format": fmt}
+        if route is not None:
+            self.options["route"] = route
+
+    def read_stream(self, spark: Any, schema: Any = None, **options: Any) -> Any:
+        """The streaming DataFrame of the exposed publisher.
+
+        Parameters
+        ----------
+        spark : SparkSession
+            Classic, or a Spark Connect session whose server runs on this machine.
+        schema : StructType or str, optional
+            The rows' schema (a DDL string works). Needed with ``format="json"``
+            (default), where each element is a JSON document: an object maps to columns by
+            name, an array by position, a scalar is the one column's value.
+        **options
+            Other options of the ``reactive`` source (``maxRecordsPerTrigger``,
+            ``walLocation``, ...).
+
+        Returns
+        -------
+        DataFrame
+        """
+        reader = spark.readStream.format("reactive").options(**self.options)
+        reader = reader.options(**{str(k): str(v) for k, v in options.items()})
+        if schema is not None:
+            reader = reader.schema(schema)
+        return reader.load()
+
+    def close(self) -> None:
+        """Stop serving: connected queries' streams fail, as with any lost server."""
+        self.service.close()
+
+    def __enter__(self) -> Exposed:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Exposed({self.options})"
+
+
+def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
+           route: str | None = None, *, format: str = "json",
+           encode: Callable[[Any], bytes] | None = None) -> Exposed:
+    """Serve a publisher that lives in this process to the ``reactive`` source.
+
+    A query's source runs in a process of its own, which Spark starts and which cannot
+    see this process's objects. ``expose`` serves the publisher as an RSocket
+    request-stream (:func:`reactive_streams.adapters.rsocket.serve`); the source reads it
+    with the built-in ``rsocket`` publisher, so each micro-batch's demand reaches the
+    live publisher as ``request(n)``. Each query run subscribes once: the publisher must
+    accept a subscriber per run (a query restarted from its checkpoint subscribes again).
+
+    Works wherever the source runner can reach this process at ``host``: classic
+    PySpark, and a Spark Connect server on this machine. A Connect server on another
+    machine (Databricks, a remote cluster) cannot reach 127.0.0.1 of this one.
+
+    Parameters
+    ----------
+    publisher : Publisher
+        The live publisher.
+    host : str
+        The address to listen on (and for the source to connect to).
+    port : int
+        0 (default) picks a free port.
+    route : str, optional
+        The route served and requested; ``None``: none.
+    format : {"json", "text", "bytes"}
+        How elements travel, and the ``format`` option of the source: ``json`` (default,
+        :func:`to_json`; give the query a schema), ``text`` (``str`` elements, ``value
+        STRING``), ``bytes`` (``bytes`` elements, ``value BINARY``).
+    encode : callable, optional
+        ``encode(element) -> bytes`` instead of the format's own encoding.
+
+    Returns
+    -------
+    Exposed
+        ``.options`` for ``spark.readStream.format("reactive").options(...)``,
+        ``.read_stream(spark, schema, **options)``; close it (or use ``with``) to stop.
+
+    Raises
+    ------
+    ValueError
+        For a ``format`` not accepted.
+
+    Examples
+    --------
+    >>> from reactive_streams import RangePublisher
+    >>> with expose(RangePublisher(0, 100)) as exposed:                 # doctest: +SKIP
+    ...     df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=10)
+    ...     query = df.writeStream.format("console").trigger(availableNow=True).start()
+    ...     query.awaitTermination()
+    """
+    from reactive_streams.adapters.rsocket import serve
+
+    if format not in _FORMATS:
+        raise ValueError(f"expose: format={format!r} is not accepted: one of "
+                         f"{', '.join(_FORMATS)}")
+    if encode is None and format == "json":
+        encode = to_json
+    return Exposed(serve(publisher, host, port, route, encode=encode), format, route)

@@ -1,0 +1,23 @@
+"""expose() from a Spark Connect client: the server (on this machine) starts the source
+runner, which connects back to the live publisher served by this client process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from rsocket_peer import RecordingRange
+from test_connect_source import run_available_now
+
+from pyspark_reactive.remote import expose
+
+
+def test_live_publisher_of_the_client_feeds_a_query(spark: SparkSession,
+                                                    tmp_path: Path) -> None:
+    live = RecordingRange(1500)
+    with expose(live) as exposed:
+        df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=500)
+        rows = run_available_now(df, tmp_path, "exposed")
+    assert sorted(r.value for r in rows) == list(range(1500))
+    assert live.requests[0] == 500
+    assert live.max_outstanding <= 500

@@ -1,0 +1,89 @@
+"""pyspark_reactive.remote with real queries: a live publisher of this process exposed to a
+query's source (which runs in another process), and a query's output served to a plain
+rsocket-py client whose REQUEST_N paces the query."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from rsocket_peer import PlainClient, RecordingRange
+from streaming import ProgressWatch
+from test_source import queries, reactive, to_memory, watch
+
+from pyspark_reactive import publish
+from pyspark_reactive.remote import expose, serve_publisher, to_json
+
+__all__ = ["queries", "watch"]  # fixtures shared with test_source
+
+PER_BATCH = 400
+
+
+def test_exposed_live_publisher_gets_each_batch_demand_and_every_element_once(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    live = RecordingRange(3000)  # lives here, in the test's process
+    with expose(live, route="live") as exposed:
+        assert exposed.options == {"publisher": "rsocket", "host": "127.0.0.1",
+                                   "port": str(exposed.service.port), "format": "json",
+                                   "route": "live"}
+        df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=PER_BATCH)
+        query, name = to_memory(df, queries, tmp_path, availableNow=True)
+        assert watch.wait_terminated(query) is None
+    values = sorted(row.value for row in spark.table(name).collect())
+    assert values == list(range(3000))
+    assert live.subscriptions == 1 and live.delivered == 3000
+    # The source's own prefetch is one micro-batch: it asks for the next batch's rows
+    # while Spark processes the current one, so the live publisher never has more than
+    # maxRecordsPerTrigger outstanding, and is asked for nothing beyond that.
+    assert live.requests[0] == PER_BATCH
+    assert 0 < live.max_outstanding <= PER_BATCH, live.requests
+    assert sum(live.requests) <= live.delivered + PER_BATCH
+    assert max(watch.batch_sizes(query)) == PER_BATCH
+
+
+def test_expose_checks_its_format() -> None:
+    with pytest.raises(ValueError, match="format='xml' is not accepted: one of json, text"):
+        expose(RecordingRange(1), format="xml")
+
+
+def test_query_output_served_over_rsocket_is_paced_by_a_slow_remote_client(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    rows, per_batch, step = 3000, 500, 300
+    df = reactive(spark, publisher="range", count=rows, maxRecordsPerTrigger=per_batch).load()
+    publisher = publish(df, checkpointLocation=str(tmp_path / "checkpoint"))
+    query = publisher.query
+    queries.append(query)
+    with serve_publisher(publisher, route="rows") as service, \
+            PlainClient(service.port) as client:
+        client.request_stream(step, route_name="rows")
+        received = step
+        while True:
+            client.wait_payloads(received)
+            # A batch's function returns only once the client has taken all its rows, so
+            # exactly the batches it has taken whole are done, and the next one waits for
+            # the client to request more.
+            whole = received // per_batch
+            watch.wait_for(query, lambda whole=whole: len(watch.batch_sizes(query)) >= whole,
+                           what=f"{whole} batches taken whole")
+            assert len(watch.batch_sizes(query)) == whole, (received, watch.batch_sizes(query))
+            assert len(client.payloads) == received
+            if received == rows:
+                break
+            client.request(step)
+            received += step
+        query.stop()
+        client.wait_end()
+    values = [row["value"] for row in client.json_rows()]
+    assert sorted(values) == list(range(rows))
+
+
+def test_rows_travel_as_json() -> None:
+    from pyspark.sql import Row
+
+    assert json.loads(to_json(Row(id=1, name="a", raw=b"\x00"))) == {
+        "id": 1, "name": "a", "raw": "AA=="}
