@@ -51,7 +51,7 @@ class Recording(Publisher[T]):
 
     def __init__(self, inner: Publisher[T]) -> None:
         self.inner = inner
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a subscriber may request from inside on_next
         self.requests: list[int] = []
         self.requested = 0
         self.delivered = 0
@@ -469,6 +469,13 @@ def test_round_trip_on_one_loop() -> None:
 # -- the package stays free of pyspark and of every adapter library --------------------------
 
 
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that finds only ``src`` besides the venv."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+
+
 def test_importing_the_package_and_aio_loads_no_spark_and_no_adapter_library() -> None:
     code = (
         "import sys\n"
@@ -476,9 +483,7 @@ def test_importing_the_package_and_aio_loads_no_spark_and_no_adapter_library() -
         "banned = ('pyspark', 'pyspark_reactive', 'pyarrow', 'pandas', 'reactivex', "
         "'rsocket', 'paho', 'websockets')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(banned)))\n")
-    src = Path(__file__).resolve().parents[2] / "src"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+    result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

@@ -1,0 +1,478 @@
+"""ReactiveX and Reactive Streams: an Observable as a Publisher, with a bounded buffer and
+an explicit overflow policy for the items the subscriber has not asked for, and a
+Publisher as an Observable that requests in batches. Needs the extra ``rx`` (the
+``reactivex`` library, version 4 API).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Final, Generic, Literal, TypeVar, get_args
+
+from ._extras import require
+
+require("reactivex", "rx", "reactive_streams.adapters.rx")
+
+import reactivex  # noqa: E402 - after require(), which names the extra when it is missing
+from reactivex import abc as rx_abc  # noqa: E402
+from reactivex.disposable import Disposable  # noqa: E402
+from reactivex.scheduler import CurrentThreadScheduler  # noqa: E402
+
+from ..api import UNBOUNDED, Publisher, Subscriber  # noqa: E402
+from ..signalling import (  # noqa: E402
+    COMPLETE,
+    Emitter,
+    Source,
+    Terminal,
+    require_not_none,
+    signal_violation,
+)
+from ..subscribers import SyncSubscriber  # noqa: E402
+
+__all__ = [
+    "DEFAULT_BATCH",
+    "DEFAULT_BUFFER_SIZE",
+    "BufferOverflowError",
+    "ObservablePublisher",
+    "ObservableSubscription",
+    "Overflow",
+    "from_observable",
+    "to_observable",
+]
+
+T = TypeVar("T")
+
+#: What happens to an item that arrives when the buffer is full; see :func:`from_observable`.
+Overflow = Literal["error", "drop_oldest", "drop_latest", "block"]
+OVERFLOW_POLICIES: Final[tuple[str, ...]] = get_args(Overflow)
+
+#: Items held beyond demand when no ``buffer_size`` is given.
+DEFAULT_BUFFER_SIZE: Final[int] = 1024
+#: Items requested at a time by :func:`to_observable` when no ``batch`` is given.
+DEFAULT_BATCH: Final[int] = 256
+
+
+class BufferOverflowError(RuntimeError):
+    """An observable under ``overflow="error"`` emitted more items than the subscriber
+    requested plus ``buffer_size``."""
+
+
+def from_observable(observable: reactivex.Observable[T], *, overflow: Overflow,
+                    buffer_size: int = DEFAULT_BUFFER_SIZE) -> ObservablePublisher[T]:
+    """A Publisher over a ReactiveX Observable, with a bounded buffer for items beyond demand.
+
+    An Observable pushes items whether or not anyone asked for them. Each subscription to
+    the publisher subscribes to the observable once; items the subscriber has requested
+    are signalled at once, and up to ``buffer_size`` items beyond that are held until it
+    requests more. What happens to an item that arrives when that buffer is full is the
+    ``overflow`` policy:
+
+    ``"error"``
+        The subscriber gets ``on_error(BufferOverflowError)`` (naming the overflow and the
+        buffer size) at once, without the buffered items, and the observable's
+        subscription is disposed.
+    ``"drop_oldest"``
+        The oldest buffered item is dropped to make room for the new one.
+    ``"drop_latest"``
+        The new item is dropped; the buffer keeps the items it holds.
+    ``"block"``
+        The observable's ``on_next`` waits, holding the thread that emits, until the
+        subscriber's demand frees space (or it cancels). Only valid where the observable
+        emits on a thread of its own (``subscribe_on``/``observe_on`` a
+        ``NewThreadScheduler``, ``reactivex.interval`` on one, a subject fed by a thread
+        of yours): blocking the thread that subscribes or requests would deadlock. When
+        ``on_next`` comes on such a thread (a synchronous observable such as a plain
+        ``reactivex.range``), the subscriber gets ``on_error(RuntimeError)`` saying so
+        instead of a hang.
+
+    Dropped items are counted: :attr:`ObservableSubscription.dropped` for one
+    subscription, :attr:`ObservablePublisher.dropped` for all of them. The observable's
+    ``on_completed`` and ``on_error`` become ``on_complete`` and ``on_error`` after the
+    buffered items have been signalled (so they wait for the demand those items need).
+    Cancelling the subscription disposes the observable's subscription. Signals are sent
+    from the thread that requests or the thread the observable emits on, one at a time
+    (§1.3). A ``None`` item fails the stream with ``TypeError`` (§2.13).
+
+    Parameters
+    ----------
+    observable : reactivex.Observable
+        The source; subscribed once per subscription to the publisher.
+    overflow : {"error", "drop_oldest", "drop_latest", "block"}
+        What to do with an item that finds the buffer full (no default: choose).
+    buffer_size : int
+        Items held beyond demand, a positive int.
+
+    Returns
+    -------
+    ObservablePublisher
+
+    Raises
+    ------
+    ValueError
+        If ``overflow`` or ``buffer_size`` is not one of the accepted values.
+    TypeError
+        If ``observable`` is not a ``reactivex.Observable``.
+
+    Examples
+    --------
+    >>> import reactivex
+    >>> from reactive_streams import collect
+    >>> from reactive_streams.adapters.rx import from_observable
+    >>> collect(from_observable(reactivex.of(1, 2, 3), overflow="error", buffer_size=8))
+    [1, 2, 3]
+
+    Items pushed before any demand wait in the buffer; with ``drop_oldest`` and a buffer
+    of 2, only the last two of five remain:
+
+    >>> from reactivex.subject import Subject
+    >>> from reactive_streams import Subscriber
+    >>> class Printer(Subscriber[int]):
+    ...     def on_subscribe(self, subscription): self.subscription = subscription
+    ...     def on_next(self, element): print(element)
+    ...     def on_error(self, error): print(error)
+    ...     def on_complete(self): print("done")
+    >>> ticks = Subject()
+    >>> publisher = from_observable(ticks, overflow="drop_oldest", buffer_size=2)
+    >>> printer = Printer()
+    >>> publisher.subscribe(printer)
+    >>> for i in range(5):
+    ...     ticks.on_next(i)  # nothing requested yet
+    >>> ticks.on_completed()
+    >>> printer.subscription.request(10)
+    3
+    4
+    done
+    >>> publisher.dropped
+    3
+    """
+    return ObservablePublisher(observable, overflow=overflow, buffer_size=buffer_size)
+
+
+class ObservablePublisher(Publisher[T], Generic[T]):
+    """The Publisher :func:`from_observable` returns; see there."""
+
+    def __init__(self, observable: reactivex.Observable[T], *, overflow: Overflow,
+                 buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
+        if not isinstance(observable, reactivex.Observable):
+            raise TypeError("from_observable: observable must be a reactivex.Observable, got "
+                            f"{type(observable).__name__}")
+        if overflow not in OVERFLOW_POLICIES:
+            raise ValueError(f"from_observable: overflow must be one of "
+                             f"{', '.join(map(repr, OVERFLOW_POLICIES))}, got {overflow!r}")
+        if type(buffer_size) is not int or buffer_size < 1:
+            raise ValueError("from_observable: buffer_size must be a positive int (items held "
+                             f"beyond demand), got {buffer_size!r}")
+        self.observable = observable
+        self.overflow: Overflow = overflow
+        self.buffer_size = buffer_size
+        self._lock = threading.Lock()
+        self._dropped = 0
+
+    @property
+    def dropped(self) -> int:
+        """Items dropped by the overflow policy, over every subscription so far."""
+        return self._dropped
+
+    def _count_dropped(self, n: int) -> None:
+        with self._lock:
+            self._dropped += n
+
+    def subscribe(self, subscriber: Subscriber[T]) -> None:
+        require_not_none(subscriber, "the subscriber", "§1.9")
+        source = _ObserverSource(self)
+        subscription = ObservableSubscription(subscriber, source)
+        source.subscription = subscription
+        subscription.start()  # on_subscribe first (§1.9), then the observable
+        source.connect(self.observable)
+
+    def __repr__(self) -> str:
+        return (f"from_observable({self.observable!r}, overflow={self.overflow!r}, "
+                f"buffer_size={self.buffer_size})")
+
+
+class ObservableSubscription(Emitter[T], Generic[T]):
+    """The Subscription an :class:`ObservablePublisher` gives each subscriber: the common
+    :class:`~reactive_streams.signalling.Emitter`, which also tells the buffer about
+    demand and counts what the overflow policy dropped."""
+
+    def __init__(self, subscriber: Subscriber[T], source: _ObserverSource[T]) -> None:
+        super().__init__(subscriber, source)
+        self._counts = source
+
+    @property
+    def dropped(self) -> int:
+        """Items of this subscription dropped by the overflow policy."""
+        return self._counts.dropped
+
+    def request(self, n: int) -> None:
+        with self._counts.inside():  # blocking on_next on this thread would deadlock
+            if type(n) is int and n > 0 and not self.done:
+                self._counts.add_demand(n)
+            super().request(n)
+
+
+class _ObserverSource(Source[T]):
+    """The bounded buffer between the observable's observer and the emitter's loop."""
+
+    def __init__(self, publisher: ObservablePublisher[T]) -> None:
+        self.publisher = publisher
+        self.subscription: ObservableSubscription[T] | None = None
+        self.capacity = publisher.buffer_size
+        self.overflow = publisher.overflow
+        self.dropped = 0
+        self._changed = threading.Condition()
+        self._buffer: collections.deque[T] = collections.deque()
+        # Capacity is buffer_size plus the demand not yet taken from the buffer, so only
+        # items beyond demand count against buffer_size.
+        self._requested = 0
+        self._taken = 0
+        self._terminal: Terminal | None = None  # from the observable: after the buffer
+        self._failure: BaseException | None = None  # overflow, misuse: at once
+        self._closed = False
+        self._disposable: rx_abc.DisposableBase | None = None
+        self._inside: set[int] = set()  # threads that must never block in on_next
+
+    @contextmanager
+    def inside(self) -> Iterator[None]:
+        """Mark the calling thread as one whose blocking in ``on_next`` would deadlock."""
+        me = threading.get_ident()
+        nested = me in self._inside
+        self._inside.add(me)
+        try:
+            yield
+        finally:
+            if not nested:
+                self._inside.discard(me)
+
+    def add_demand(self, n: int) -> None:
+        with self._changed:
+            self._requested = min(self._requested + n, UNBOUNDED)
+            self._changed.notify_all()  # more demand: more room for a blocked producer
+
+    def connect(self, observable: reactivex.Observable[T]) -> None:
+        with self._changed:
+            if self._closed:
+                return  # cancelled in on_subscribe: never subscribe to the observable
+        try:
+            with self.inside():  # a synchronous observable emits right here
+                disposable = observable.subscribe(self._on_next, self._on_error,
+                                                  self._on_completed)
+        except Exception as exc:  # an observable that raises instead of signalling
+            self._on_error(exc)
+            return
+        with self._changed:
+            if not self._closed:
+                self._disposable = disposable
+                return
+        disposable.dispose()  # ended while subscribing
+
+    # -- the observer: the observable's thread ---------------------------------------------
+
+    def _room(self) -> bool:
+        """Whether an item fits now; call with the lock held."""
+        if self._requested >= UNBOUNDED:
+            return True
+        return len(self._buffer) < self.capacity + (self._requested - self._taken)
+
+    def _on_next(self, item: T) -> None:
+        if item is None:
+            self._fail(TypeError("§2.13: the observable emitted None; elements must not be "
+                                 "None"), dropped=0, at_once=False)
+            return
+        failure: BaseException | None = None
+        with self._changed:
+            if self._closed or self._terminal is not None or self._failure is not None:
+                return
+            if self._room():
+                self._buffer.append(item)
+            elif self.overflow == "drop_oldest":
+                self._buffer.popleft()
+                self._buffer.append(item)
+                self._dropped_one()
+            elif self.overflow == "drop_latest":
+                self._dropped_one()
+                return  # nothing new to signal
+            elif self.overflow == "error":
+                failure = BufferOverflowError(
+                    f"from_observable: the observable emitted more than buffer_size="
+                    f"{self.capacity} items beyond the subscriber's demand (overflow="
+                    "'error'); its subscription is disposed. Raise buffer_size, or choose "
+                    "overflow='drop_oldest', 'drop_latest' or 'block'")
+            elif threading.get_ident() in self._inside:
+                failure = RuntimeError(
+                    "from_observable: overflow='block' would deadlock: the observable "
+                    "emitted on the thread that subscribes to it or requests from it, so "
+                    "nothing could free space while it waits. Emit on a thread of its own "
+                    "(subscribe_on(NewThreadScheduler())), or choose overflow='error', "
+                    "'drop_oldest' or 'drop_latest'")
+            else:
+                while not self._room() and not self._closed:
+                    self._changed.wait()  # woken by pull, request and close
+                if self._closed:
+                    return
+                self._buffer.append(item)
+        if failure is not None:
+            self._fail(failure, dropped=1)  # the item that did not fit, and the buffer
+            return
+        self._signal()
+
+    def _dropped_one(self) -> None:
+        self.dropped += 1
+        self.publisher._count_dropped(1)
+
+    def _on_error(self, error: Exception) -> None:
+        self._end(error)
+
+    def _on_completed(self) -> None:
+        self._end(COMPLETE)
+
+    def _end(self, terminal: Terminal) -> None:
+        with self._changed:
+            if self._closed or self._terminal is not None or self._failure is not None:
+                return
+            self._terminal = terminal
+        self._signal()
+
+    def _fail(self, error: BaseException, dropped: int, at_once: bool = True) -> None:
+        """Fail the stream: at once, dropping the buffer, or after it (a ``None`` item)."""
+        with self._changed:
+            if self._closed or self._terminal is not None or self._failure is not None:
+                return
+            if at_once:
+                dropped += len(self._buffer)
+                self._buffer.clear()
+                self._failure = error
+            else:
+                self._terminal = error
+            self.dropped += dropped
+        if dropped:
+            self.publisher._count_dropped(dropped)
+        self._dispose()
+        self._signal()
+
+    def _signal(self) -> None:
+        subscription = self.subscription
+        if subscription is not None:
+            with self.inside():  # the loop may run here and signal the subscriber
+                subscription.signal()
+
+    def _dispose(self) -> None:
+        with self._changed:
+            disposable, self._disposable = self._disposable, None
+        if disposable is not None:
+            disposable.dispose()
+
+    # -- Source: the emitter's loop --------------------------------------------------------
+
+    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+        with self._changed:
+            if self._failure is not None:
+                return (), self._failure
+            buffer = self._buffer
+            taken = [buffer.popleft() for _ in range(min(n, len(buffer)))]
+            if taken:
+                self._taken += len(taken)
+                self._changed.notify_all()  # room for a blocked producer
+            return taken, (None if buffer else self._terminal)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._buffer.clear()
+            self._changed.notify_all()  # a blocked producer returns
+        self.subscription = None
+        self._dispose()
+
+
+def to_observable(publisher: Publisher[T], *,
+                  batch: int = DEFAULT_BATCH) -> reactivex.Observable[T]:
+    """A ReactiveX Observable over a Publisher, requesting in batches.
+
+    Each subscription to the observable subscribes to the publisher once and requests
+    ``batch`` items, then ``max(1, batch // 2)`` more each time that many have been
+    emitted, so at most ``batch`` are outstanding. ``on_complete`` and ``on_error`` become
+    ``on_completed`` and ``on_error``; disposing cancels the subscription. Items are
+    emitted on the publisher's threads; use ``observe_on`` to move them.
+
+    Parameters
+    ----------
+    publisher : Publisher
+        The source; subscribed once per subscription to the observable.
+    batch : int
+        Items requested at a time, a positive int.
+
+    Returns
+    -------
+    reactivex.Observable
+
+    Raises
+    ------
+    ValueError
+        If ``batch`` is not a positive int.
+
+    Examples
+    --------
+    >>> from reactivex import operators as ops
+    >>> from reactive_streams import RangePublisher
+    >>> from reactive_streams.adapters.rx import to_observable
+    >>> to_observable(RangePublisher(0, 10), batch=4).pipe(
+    ...     ops.map(lambda x: x * x), ops.sum()).run()
+    285
+    """
+    require_not_none(publisher, "the publisher", "to_observable")
+    if type(batch) is not int or batch < 1:
+        raise ValueError(f"to_observable: batch must be a positive int (items requested at a "
+                         f"time), got {batch!r}")
+
+    def subscribe(observer: rx_abc.ObserverBase[T],
+                  scheduler: rx_abc.SchedulerBase | None = None) -> rx_abc.DisposableBase:
+        subscriber = _ObserverSubscriber(observer, batch)
+
+        def start(_: rx_abc.SchedulerBase, __: object = None) -> None:
+            if subscriber.observer is not None:  # not disposed meanwhile
+                publisher.subscribe(subscriber)
+
+        # Subscribe to the publisher once this call has returned (through the trampoline,
+        # as Rx sources do): by then every Rx subscription downstream holds its disposable,
+        # so a take(n) downstream reaches the publisher as a cancel at once.
+        (scheduler or CurrentThreadScheduler.singleton()).schedule(start)
+        return Disposable(subscriber.dispose)
+
+    return reactivex.create(subscribe)
+
+
+class _ObserverSubscriber(SyncSubscriber[T], Generic[T]):
+    """Emits to an observer; the batching and a cancel safe from any thread are
+    :class:`~reactive_streams.SyncSubscriber`'s."""
+
+    def __init__(self, observer: rx_abc.ObserverBase[T], batch: int) -> None:
+        super().__init__(batch)
+        self.observer: rx_abc.ObserverBase[T] | None = observer
+        self._emit_failed: BaseException | None = None
+
+    def on_element(self, element: T) -> None:
+        assert self.observer is not None
+        try:
+            self.observer.on_next(element)
+        except BaseException as exc:
+            self._emit_failed = exc  # the observer's own failure: not passed back to it
+            raise
+
+    def on_finished(self, error: BaseException | None) -> None:
+        observer, self.observer = self.observer, None
+        if observer is None:
+            return  # disposed
+        if self._emit_failed is not None:
+            signal_violation(observer, "on_next", self._emit_failed)
+        elif error is None:
+            observer.on_completed()
+        elif isinstance(error, Exception):
+            observer.on_error(error)
+
+    def dispose(self) -> None:
+        self.observer = None
+        self.cancel()
+
