@@ -1,0 +1,142 @@
+"""The built-in publisher ``websocket``: a WebSocket feed as rows, read only against the
+source's demand (extra ``websocket``). The factory checks the options and connects nothing;
+the connection is made when the source subscribes, in the source runner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from reactive_streams import Publisher
+from reactive_streams.adapters.websocket import FORMATS, WebSocketPublisher, url_problem
+
+from .options import MAX_MILLISECONDS, OptionError, _optional_int_option
+
+__all__ = ["DEFAULT_OPEN_TIMEOUT_MS", "websocket_publisher"]
+
+DEFAULT_OPEN_TIMEOUT_MS = 10_000
+DEFAULT_MAX_MESSAGE_BYTES = 2**20
+_SCHEMAS = {"text": "value STRING", "bytes": "value BINARY"}
+_HEADERS_ACCEPTED = ("a JSON object of header names to string values, such as "
+                     "'{\"Authorization\": \"Bearer x\"}'")
+
+
+def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
+    """Publisher of a WebSocket server's messages: the built-in ``websocket``.
+
+    At-most-once: a WebSocket feed cannot be replayed or resumed, so the messages the
+    source had taken but not yet written to its log (or, without ``walLocation``, not yet
+    in a committed batch) when the query is killed are lost, and so are the messages the
+    buffers held beyond demand (see :class:`~reactive_streams.adapters.websocket.
+    WebSocketPublisher`). A restarted query opens a new connection and gets what the
+    server sends from then on.
+
+    Parameters
+    ----------
+    options : mapping of str to str
+        ``url`` (required: ``ws://`` or ``wss://``); ``format`` (``text``, default:
+        one ``value STRING`` per message; ``bytes``: ``value BINARY``; ``json``: each
+        message parsed into the schema given, objects by field name);
+        ``headers`` (a JSON object of extra handshake headers); ``openTimeoutMs``
+        (default 10000); ``receiveBufferBytes`` (``SO_RCVBUF``: bounds what the kernel
+        holds beyond demand; default: the system's); ``maxMessageBytes`` (default
+        1048576; a larger message fails the query).
+
+    Returns
+    -------
+    Publisher
+        A :class:`~reactive_streams.adapters.websocket.WebSocketPublisher`; it connects
+        when subscribed to, not now.
+
+    Raises
+    ------
+    OptionError
+        For a missing or bad ``url``, an unknown ``format``, ``headers`` that are not a
+        JSON object of strings, or a bad number.
+    MissingExtraError
+        When the ``websockets`` library is not installed.
+
+    Examples
+    --------
+    >>> publisher = websocket_publisher({"url": "ws://127.0.0.1:8765/feed",
+    ...                                  "format": "json"})
+    >>> publisher
+    WebSocketPublisher('ws://127.0.0.1:8765/feed', format='json')
+    >>> websocket_publisher({"url": "http://example.com"})
+    Traceback (most recent call last):
+    ...
+    pyspark_reactive.options.OptionError: reactive source: option url='http://example.com' \
+is not accepted: a ws:// or wss:// URL such as ws://127.0.0.1:8765/feed (http://example.com \
+isn't a valid URI: scheme isn't ws or wss)
+    """
+    lower = {str(k).lower(): str(v) for k, v in options.items()}
+    url = _url(lower.get("url"))
+    format = _format(lower)
+    headers = _headers(lower.get("headers"))
+    open_timeout = _optional_int_option(lower, "openTimeoutMs", 1, MAX_MILLISECONDS)
+    receive_buffer = _optional_int_option(lower, "receiveBufferBytes", 1, 2**31 - 1)
+    max_message = _optional_int_option(lower, "maxMessageBytes", 1, 2**63 - 1)
+    return WebSocketPublisher(
+        url, format=format, headers=headers,
+        open_timeout=(open_timeout or DEFAULT_OPEN_TIMEOUT_MS) / 1000,
+        receive_buffer=receive_buffer,
+        max_message_bytes=max_message or DEFAULT_MAX_MESSAGE_BYTES)
+
+
+def default_schema(options: Mapping[str, str]) -> str:
+    """The rows' schema when none is given: ``value STRING`` for ``format=text``,
+    ``value BINARY`` for ``bytes``; ``json`` has none (an :class:`OptionError` asks for
+    one)."""
+    lower = {str(k).lower(): str(v) for k, v in options.items()}
+    format = _format(lower)
+    if format == "json":
+        raise OptionError("schema", None,
+                          "format=json parses each message into the schema given, so give "
+                          "one: .schema('id BIGINT, name STRING') or .option('schema', "
+                          "'id BIGINT, name STRING'); for the unparsed text use format=text "
+                          "(value STRING); it is required with format=json")
+    return _SCHEMAS[format]
+
+
+websocket_publisher.default_schema = default_schema  # type: ignore[attr-defined]
+
+
+def _url(url: str | None) -> str:
+    accepted = "a ws:// or wss:// URL such as ws://127.0.0.1:8765/feed"
+    if url is None or not url.strip():
+        raise OptionError("url", url, f"{accepted}; it is required")
+    problem = url_problem(url.strip())
+    if problem is not None:
+        raise OptionError("url", url, f"{accepted} ({problem})")
+    return url.strip()
+
+
+def _format(options: Mapping[str, str]) -> str:
+    text = options.get("format", "text")
+    format = text.strip().lower()
+    if format not in FORMATS:
+        raise OptionError("format", text, f"one of {', '.join(FORMATS)} (default text)")
+    return format
+
+
+def _headers(text: str | None) -> dict[str, str] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        headers = json.loads(text)
+    except ValueError as error:
+        raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; it is not JSON: "
+                                           f"{error}") from None
+    if not isinstance(headers, dict):
+        raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; it is a JSON "
+                                           f"{type(headers).__name__}, not an object")
+    for name, value in headers.items():
+        if not name.strip() or not isinstance(value, str):
+            raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; header {name!r} has "
+                                               f"the value {value!r}, not a string")
+        if any(c in name + value for c in "\r\n"):
+            raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; header {name!r} holds "
+                                               "a line break")
+    return headers
