@@ -28,18 +28,22 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
 
     Each query run opens one connection and one request-stream; the source's demand (one
     micro-batch, ``maxRecordsPerTrigger``, at a time) reaches the server as REQUEST_N, so
-    the server never has more outstanding than that. It is not replayable: what the
-    server sent is kept exactly once by the write-ahead log (``walLocation``), if any.
+    the server never has more outstanding than that. What the server sent is kept
+    exactly once by the write-ahead log (``walLocation``), if any. A restarted query
+    opens a new request-stream, with ``{offset}`` in ``data`` replaced by the offset of
+    its next element (the count of elements the log holds): a server that can start
+    from a position (``data=from={offset}``) makes the stream resumable; otherwise what
+    the new stream holds is the server's to say.
 
     Parameters
     ----------
     options : mapping of str to str
         ``host`` (required); ``port`` (required, 1 to 65535); ``route`` (sent as routing
-        metadata; omitted: none); ``data`` (the request's data, as UTF-8 text; omitted:
-        empty); ``format``: ``bytes`` (default: each payload's data as a ``value
-        BINARY`` row), ``text`` (UTF-8 text, ``value STRING``) or ``json`` (parsed, into
-        the schema given with ``.schema(...)`` or the ``schema`` option: an object by
-        column name, an array by position).
+        metadata; omitted: none); ``data`` (the request's data, as UTF-8 text, with
+        ``{offset}`` replaced as above; omitted: empty); ``format``: ``bytes`` (default:
+        each payload's data as a ``value BINARY`` row), ``text`` (UTF-8 text, ``value
+        STRING``) or ``json`` (parsed, into the schema given with ``.schema(...)`` or the
+        ``schema`` option: an object by column name, an array by position).
 
     Returns
     -------
@@ -56,6 +60,10 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     --------
     >>> rsocket_publisher({"host": "127.0.0.1", "port": "7878", "route": "ticks"})
     RSocketPublisher(127.0.0.1:7878, route='ticks')
+    >>> from pyspark_reactive.durability import FactoryOptions, ResumePoint
+    >>> rsocket_publisher(FactoryOptions({"host": "h", "port": "1", "data": "from={offset}"},
+    ...                                  ResumePoint(offset=1200))).data
+    b'from=1200'
     """
     from reactive_streams.adapters.rsocket import RSocketPublisher
 
@@ -70,8 +78,11 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         raise OptionError("route", route, "a route name (sent as routing metadata), or no "
                           "route option for none")
     mime_type, decode = FORMATS[_format(lower)]
-    return RSocketPublisher(host.strip(), port, route=route, data=lower.get("data", "").encode(),
-                            decode=decode, data_mime_type=mime_type)
+    resume = getattr(options, "resume", None)
+    offset = resume.offset if resume is not None else 0
+    data = lower.get("data", "").replace("{offset}", str(offset))
+    return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
+                            data_mime_type=mime_type)
 
 
 def _port(text: str | None) -> int:

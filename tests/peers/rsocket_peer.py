@@ -391,3 +391,22 @@ class _Tap(Subscriber[int], Subscription):
         self._recording.cancelled.set()
         assert self._upstream is not None
         self._upstream.cancel()
+
+
+def main() -> None:
+    """Run a :class:`CountingServer` in a process of its own (benchmarks): print its port,
+    serve until stdin closes."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--count", type=int, default=10)
+    args = parser.parse_args()
+    server = CountingServer(count=args.count)
+    print(server.port, flush=True)
+    sys.stdin.read()
+    server.close()
+
+
+if __name__ == "__main__":
+    main()

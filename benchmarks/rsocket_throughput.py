@@ -1,0 +1,130 @@
+"""Rows/s into Spark through the built-in ``rsocket`` publisher, beside the ceiling: the
+same local RSocket server's rate into a plain rsocket-py client that keeps every payload and
+does no Spark work; and, to show where the difference goes, the adapter alone.
+
+The server is a plain rsocket-py server (``tests/peers/rsocket_peer.py``) in a process of
+its own on 127.0.0.1, sending numbered payloads as fast as the demand it is given allows,
+as many as each request's data says. (a) The ceiling: a plain rsocket-py client in this
+process requests the whole stream at once (RSocket's unbounded demand) and keeps every
+payload; rows/s from the request to the last payload. (c) ``RSocketPublisher`` (the
+adapter the built-in uses) into a subscriber that counts, requesting ``--batch`` at a time,
+in this process, no Spark. (b) A query reads ``--rows``
+payloads with ``publisher=rsocket`` (``format=bytes``, ``maxRecordsPerTrigger=--batch``)
+into Spark's ``noop`` sink with ``trigger(availableNow=True)`` on ``local[2]``; rows/s from
+``start()`` to termination. Each runs ``--repeat`` times after one warm-up; the best run
+counts, and (b) and (c) are printed as ratios of (a).
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/rsocket_throughput.py [--rows N] [--batch B] [--repeat K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyspark
+
+PEERS = Path(__file__).resolve().parent.parent / "tests" / "peers"
+sys.path.insert(0, str(PEERS))
+
+from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient  # noqa: E402
+
+from pyspark_reactive import local_session  # noqa: E402
+from reactive_streams import SyncSubscriber  # noqa: E402
+from reactive_streams.adapters.rsocket import RSocketPublisher  # noqa: E402
+
+
+def ceiling(port: int, rows: int) -> float:
+    """Rows/s of one stream of ``rows`` payloads into a plain client."""
+    with PlainClient(port) as client:
+        began = time.perf_counter()
+        client.request_stream(UNBOUNDED_REQUEST_N, data=str(rows).encode())
+        client.wait_end(timeout=600)
+        took = time.perf_counter() - began
+        assert len(client.payloads) == rows, len(client.payloads)
+    return rows / took
+
+
+class _Counter(SyncSubscriber[bytes]):
+    count = 0
+
+    def on_element(self, element: bytes) -> None:
+        self.count += 1
+
+
+def adapter(port: int, rows: int, batch: int) -> float:
+    """Rows/s of one stream of ``rows`` payloads through RSocketPublisher, no Spark."""
+    counter = _Counter(batch_size=batch)
+    began = time.perf_counter()
+    RSocketPublisher("127.0.0.1", port, data=str(rows).encode()).subscribe(counter)
+    counter.join(timeout=600)
+    took = time.perf_counter() - began
+    assert counter.count == rows, counter.count
+    return rows / took
+
+
+def into_spark(spark: object, port: int, rows: int, batch: int) -> float:
+    """Rows/s of one availableNow query of ``rows`` payloads into the noop sink."""
+    df = (spark.readStream.format("reactive")  # type: ignore[attr-defined]
+          .option("publisher", "rsocket").option("host", "127.0.0.1")
+          .option("port", port).option("data", rows).option("format", "bytes")
+          .option("maxRecordsPerTrigger", batch).load())
+    with tempfile.TemporaryDirectory() as checkpoint:
+        began = time.perf_counter()
+        query = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        took = time.perf_counter() - began
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        done = sum(p.numInputRows for p in query.recentProgress)
+        assert done == rows, f"{done} rows of {rows}"
+    return rows / took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=50_000, help="maxRecordsPerTrigger")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    server = subprocess.Popen([sys.executable, str(PEERS / "rsocket_peer.py")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        ceiling(port, args.rows)  # warm-up
+        plain = max(ceiling(port, args.rows) for _ in range(args.repeat))
+        adapter(port, args.rows, args.batch)  # warm-up
+        alone = max(adapter(port, args.rows, args.batch) for _ in range(args.repeat))
+        spark = local_session()
+        into_spark(spark, port, args.rows, args.batch)  # warm-up
+        spark_rate = max(into_spark(spark, port, args.rows, args.batch)
+                         for _ in range(args.repeat))
+        spark.stop()
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    print(f"python {platform.python_version()}, pyspark {pyspark.__version__}, "
+          f"{args.rows} rows per run, maxRecordsPerTrigger={args.batch}, best of {args.repeat}")
+    print(f"(a) plain rsocket-py client (ceiling): {plain:,.0f} rows/s")
+    print(f"(c) RSocketPublisher alone, no Spark: {alone:,.0f} rows/s "
+          f"= {alone / plain:.0%} of the ceiling")
+    print(f"(b) publisher=rsocket into Spark (noop): {spark_rate:,.0f} rows/s "
+          f"= {spark_rate / plain:.0%} of the ceiling")
+
+
+if __name__ == "__main__":
+    main()
