@@ -2,7 +2,7 @@
 
 :class:`MqttPublisher` connects when subscribed to, subscribes to a topic filter and
 signals each message as an :class:`MqttMessage`. A thread of the subscription's own drives
-paho's network loop: it stops reading the socket while ``receive_maximum`` messages wait
+paho's network loop: it stops reading the socket while ``max_buffered`` messages wait
 for demand, so the broker meets TCP backpressure, and with manual acknowledgement and the
 MQTT 5 Receive Maximum a QoS 1 message is acknowledged only once it was signalled (or, with
 ``acknowledge="on_durable"``, once the subscriber said it is durable), so a persistent
@@ -111,14 +111,15 @@ class MqttPublisher(Publisher[T], Generic[T]):
     (``decode(message)``, by default the :class:`MqttMessage` itself). The stream is
     endless unless ``max_messages`` is given; ``cancel`` disconnects.
 
-    **Backpressure.** The subscription holds at most ``receive_maximum`` messages beyond
-    demand: then it stops reading the socket until demand takes some, so the broker's
-    TCP send blocks (which is all that holds back QoS 0). For QoS 1 the client also sends
-    ``receive_maximum`` as the MQTT 5 Receive Maximum, and acknowledges a message only
-    once it was signalled, so a broker that honours it sends no more than that many
-    unacknowledged messages. Beyond the subscription's own count, the operating system's
-    socket buffers may hold what the broker already wrote. While reading is paused the
-    client still answers the broker's keepalive with PINGREQs.
+    **Backpressure.** The subscription holds at most ``max_buffered`` (by default
+    ``receive_maximum``) messages beyond demand: then it stops reading the socket until
+    demand takes some, so the broker's TCP send blocks (which is all that holds back
+    QoS 0). For QoS 1 the client also sends ``receive_maximum`` as the MQTT 5 Receive
+    Maximum, and acknowledges a message only once it was signalled (or durable), so a
+    broker that honours it has no more than that many unacknowledged messages on the way.
+    Beyond the subscription's own count, the operating system's socket buffers may hold
+    what the broker already wrote. While reading is paused the client still sends the
+    broker PINGREQs, so the connection stays up however long demand takes.
 
     **Acknowledgement.** ``acknowledge="on_next"``: a QoS 1 message is acknowledged
     (PUBACK) as soon as ``on_next`` returns. ``"on_durable"``: only when
@@ -153,8 +154,11 @@ class MqttPublisher(Publisher[T], Generic[T]):
         True: TLS with the system's certificate authorities and host name checking;
         an ``ssl.SSLContext``: TLS with that context. Default False (plain TCP).
     receive_maximum : int
-        1 to 65535, default 100: the messages held beyond demand, and the broker's
-        window of unacknowledged QoS 1 messages.
+        1 to 65535, default 100: the broker's window of unacknowledged QoS 1 messages
+        (the MQTT 5 Receive Maximum).
+    max_buffered : int, optional
+        The most messages read and held beyond demand (at least 1); default
+        ``receive_maximum``.
     keepalive : int
         Seconds, default 60.
     connect_timeout : float
@@ -198,7 +202,8 @@ class MqttPublisher(Publisher[T], Generic[T]):
                  client_id: str = "", clean_start: bool | None = None,
                  session_expiry: int | None = None, username: str | None = None,
                  password: str | None = None, tls: bool | ssl.SSLContext = False,
-                 receive_maximum: int = 100, keepalive: int = 60,
+                 receive_maximum: int = 100, max_buffered: int | None = None,
+                 keepalive: int = 60,
                  connect_timeout: float = 10.0, max_messages: int | None = None,
                  acknowledge: Literal["on_next", "on_durable"] = "on_next",
                  decode: Callable[[MqttMessage], T] | None = None,
@@ -220,6 +225,8 @@ class MqttPublisher(Publisher[T], Generic[T]):
         expiry = (86400 if client_id else 0) if session_expiry is None else session_expiry
         _check_int("session_expiry", expiry, 0, 0xFFFFFFFF)
         _check_int("receive_maximum", receive_maximum, 1, 65535)
+        buffered = receive_maximum if max_buffered is None else max_buffered
+        _check_int("max_buffered", buffered, 1, 2**63 - 1)
         _check_int("keepalive", keepalive, 0, 65535)
         if not (isinstance(linger, (int, float)) and linger >= 0):
             raise ValueError(f"linger {linger!r}: a number of seconds >= 0 is needed")
@@ -237,6 +244,7 @@ class MqttPublisher(Publisher[T], Generic[T]):
         self.client_id, self.clean_start, self.session_expiry = client_id, clean, expiry
         self.username, self.password, self.tls = username, password, tls
         self.receive_maximum, self.keepalive = receive_maximum, keepalive
+        self.max_buffered = buffered
         self.connect_timeout, self.max_messages = float(connect_timeout), max_messages
         self.acknowledge = acknowledge
         self.decode = decode
@@ -443,10 +451,10 @@ class _Session(Source[T], Generic[T]):
             pass  # already awake (the pair is full), or the thread has ended
 
     def _room_limit(self) -> int:
-        return self.p.receive_maximum
+        return self.p.max_buffered
 
     def _room(self) -> bool:
-        # Under the lock. Read only while fewer than receive_maximum messages wait, and
+        # Under the lock. Read only while fewer than max_buffered messages wait, and
         # never more than max_messages in all.
         if self._closing:
             return False

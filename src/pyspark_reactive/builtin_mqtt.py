@@ -1,0 +1,200 @@
+"""The built-in publisher ``mqtt``: an MQTT 5 subscription as rows, taken from the broker
+only against the source's demand and acknowledged only once durable (extra ``mqtt``).
+The factory checks the options and connects nothing; the connection is made when the
+source subscribes, in the source runner.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+from reactive_streams import Publisher
+from reactive_streams.adapters.mqtt import MqttMessage, MqttPublisher, check_topic_filter
+
+from .options import (
+    DEFAULT_MAX_RECORDS_PER_TRIGGER,
+    MAX_MILLISECONDS,
+    OptionError,
+    _optional_int_option,
+)
+
+__all__ = ["DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA", "mqtt_publisher"]
+
+#: The broker's window of unacknowledged QoS 1 messages: the most MQTT 5 allows, so that
+#: messages waiting to be durable never hold the stream up.
+DEFAULT_RECEIVE_MAXIMUM = 65535
+#: The rows' schema with the default ``format=message``.
+MESSAGE_SCHEMA = "topic STRING, payload BINARY, qos INT, retain BOOLEAN, timestamp TIMESTAMP"
+FORMATS = ("message", "json")
+_BOOLEANS = {"true": True, "false": False}
+
+
+def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
+    """Publisher of an MQTT 5 subscription's messages: the built-in ``mqtt``.
+
+    QoS 1 messages are acknowledged to the broker only once the source says they are
+    durable (``on_durable``: written to the write-ahead log with ``walLocation``, committed
+    by Spark without it). With a persistent session (``clientId``, ``cleanStart`` false)
+    the broker redelivers every message not acknowledged when the query stopped or was
+    killed, so nothing is lost; messages that were durable but not yet acknowledged at a
+    kill come twice. QoS 0 is at-most-once.
+
+    Parameters
+    ----------
+    options : mapping of str to str
+        ``host`` (required), ``port`` (default 1883), ``topic`` (required; a filter with
+        ``+``/``#`` wildcards), ``qos`` (0 or 1, default 1), ``clientId`` (default none:
+        the broker assigns one and nothing survives a restart), ``cleanStart`` (default
+        false with a ``clientId``, true without), ``sessionExpiry`` (seconds the broker
+        keeps the session while the query is down; default 86400 with a ``clientId``),
+        ``username``, ``password``, ``tls`` (true/false, default false), ``caCerts``
+        (a PEM file of certificate authorities; implies ``tls``), ``receiveMaximum``
+        (1 to 65535, default 65535), ``keepalive`` (seconds, default 60),
+        ``connectTimeoutMs`` (default 10000), ``format`` (``message``, default: the
+        columns of :data:`MESSAGE_SCHEMA`; ``json``: each payload parsed as JSON into the
+        schema given), ``maxMessages`` (complete after this many).
+
+    Returns
+    -------
+    Publisher
+        An :class:`~reactive_streams.adapters.mqtt.MqttPublisher` acknowledging on
+        durability; it connects when subscribed to, not now.
+
+    Raises
+    ------
+    OptionError
+        For a missing ``host`` or ``topic``, a bad topic filter, ``qos``, boolean, number
+        or ``format``, or a ``receiveMaximum`` that would stall the stream without
+        ``walLocation``.
+    MissingExtraError
+        When paho-mqtt is not installed.
+
+    Examples
+    --------
+    >>> mqtt_publisher({"host": "127.0.0.1", "topic": "sensors/#", "clientId": "q1"})
+    MqttPublisher('127.0.0.1:1883', 'sensors/#', qos=1, client_id='q1')
+    >>> mqtt_publisher({"host": "127.0.0.1", "topic": "a/#/b"})
+    Traceback (most recent call last):
+    ...
+    pyspark_reactive.options.OptionError: reactive source: option topic='a/#/b' is not \
+accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filter 'a/#/b': \
+'#' must be the whole last level (as in 'a/#'))
+    """
+    lower = {str(k).lower(): str(v) for k, v in options.items()}
+    host = lower.get("host", "").strip()
+    if not host:
+        raise OptionError("host", lower.get("host"), "the broker's host name or address; "
+                                                     "it is required")
+    topic = _topic(lower.get("topic"))
+    port = _optional_int_option(lower, "port", 1, 65535) or 1883
+    qos = _optional_int_option(lower, "qos", 0, 1)
+    client_id = lower.get("clientid", "")
+    clean_start = _bool(lower, "cleanStart")
+    if clean_start is False and not client_id:
+        raise OptionError("cleanStart", lower["cleanstart"],
+                          "true, or set clientId: a session can only be resumed by its "
+                          "client id")
+    session_expiry = _optional_int_option(lower, "sessionExpiry", 0, 0xFFFFFFFF)
+    receive_maximum = _optional_int_option(lower, "receiveMaximum", 1, 65535)
+    receive_maximum = receive_maximum or DEFAULT_RECEIVE_MAXIMUM
+    per_trigger = _optional_int_option(lower, "maxRecordsPerTrigger", 1)
+    per_trigger = per_trigger or DEFAULT_MAX_RECORDS_PER_TRIGGER
+    if "wallocation" not in lower and receive_maximum <= 2 * per_trigger and qos != 0:
+        raise OptionError(
+            "receiveMaximum", receive_maximum,
+            f"more than 2 x maxRecordsPerTrigger ({2 * per_trigger}) without walLocation: "
+            f"messages are then acknowledged only once Spark commits their batch, which "
+            f"it does when it plans the next, so a smaller window stalls the stream; set "
+            f"walLocation or raise receiveMaximum (at most 65535)")
+    keepalive = _optional_int_option(lower, "keepalive", 0, 65535)
+    connect_timeout = _optional_int_option(lower, "connectTimeoutMs", 1, MAX_MILLISECONDS)
+    max_messages = _optional_int_option(lower, "maxMessages", 0)
+    format = _format(lower)
+    return MqttPublisher(
+        host, topic, port=port, qos=1 if qos is None else qos, client_id=client_id,
+        clean_start=clean_start, session_expiry=session_expiry,
+        username=lower.get("username"), password=lower.get("password"), tls=_tls(lower),
+        receive_maximum=receive_maximum,
+        # Beyond the source's demand (maxRecordsPerTrigger), hold at most one batch more.
+        max_buffered=min(receive_maximum, per_trigger),
+        keepalive=60 if keepalive is None else keepalive,
+        connect_timeout=(connect_timeout or 10_000) / 1000, max_messages=max_messages,
+        acknowledge="on_durable", decode=_parse_json if format == "json" else _columns)
+
+
+def default_schema(options: Mapping[str, str]) -> str:
+    """The rows' schema when none is given: :data:`MESSAGE_SCHEMA`; ``format=json`` has
+    none (an :class:`OptionError` asks for one)."""
+    lower = {str(k).lower(): str(v) for k, v in options.items()}
+    if _format(lower) == "json":
+        raise OptionError("schema", None,
+                          "format=json parses each payload into the schema given, so give "
+                          "one: .schema('id BIGINT, value DOUBLE'); for the raw messages use "
+                          f"format=message ({MESSAGE_SCHEMA}); it is required with "
+                          "format=json")
+    return MESSAGE_SCHEMA
+
+
+mqtt_publisher.default_schema = default_schema  # type: ignore[attr-defined]
+
+
+def _columns(message: MqttMessage) -> dict[str, Any]:
+    return {"topic": message.topic, "payload": message.payload, "qos": message.qos,
+            "retain": message.retain,
+            "timestamp": datetime.datetime.fromtimestamp(message.timestamp,
+                                                         datetime.timezone.utc)}
+
+
+def _parse_json(message: MqttMessage) -> Any:
+    try:
+        return json.loads(message.payload)
+    except ValueError as error:
+        shown = message.payload[:80]
+        raise ValueError(f"format=json: the payload {shown!r} is not JSON ({error}); the "
+                         f"message stays unacknowledged in the broker's session") from None
+
+
+def _topic(text: str | None) -> str:
+    accepted = "a topic filter such as sensors/+/temperature or sensors/#"
+    if text is None or not text.strip():
+        raise OptionError("topic", text, f"{accepted}; it is required")
+    try:
+        return check_topic_filter(text)
+    except ValueError as error:
+        raise OptionError("topic", text, f"{accepted} ({error})") from None
+
+
+def _bool(options: Mapping[str, str], name: str) -> bool | None:
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    value = _BOOLEANS.get(text.strip().lower())
+    if value is None:
+        raise OptionError(name, text, "true or false")
+    return value
+
+
+def _tls(options: Mapping[str, str]) -> bool | ssl.SSLContext:
+    tls = _bool(options, "tls")
+    ca_certs = options.get("cacerts")
+    if ca_certs is None:
+        return bool(tls)
+    if tls is False:
+        raise OptionError("caCerts", ca_certs, "no value with tls=false (caCerts implies TLS)")
+    try:
+        return ssl.create_default_context(cafile=ca_certs)
+    except (OSError, ssl.SSLError) as error:
+        raise OptionError("caCerts", ca_certs,
+                          f"a readable PEM file of certificate authorities ({error})") from None
+
+
+def _format(options: Mapping[str, str]) -> str:
+    text = options.get("format", "message")
+    format = text.strip().lower()
+    if format not in FORMATS:
+        raise OptionError("format", text, f"one of {', '.join(FORMATS)} (default message)")
+    return format

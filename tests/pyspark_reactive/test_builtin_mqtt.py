@@ -1,0 +1,190 @@
+"""The built-in ``mqtt`` publisher against a real mosquitto on 127.0.0.1
+(tests/peers/mosquitto.py), which Spark's source runner (another process) connects to:
+JSON payloads into the schema given and the message columns, every message once, each
+acknowledged once durable (with and without ``walLocation``), and options checked by
+load() without connecting.
+
+Each query resumes a persistent session made beforehand, so the messages published before
+the query starts wait in the broker for it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mosquitto
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from streaming import ProgressWatch
+from test_source import queries, reactive, to_memory, watch
+
+from pyspark_reactive.builtin_mqtt import MESSAGE_SCHEMA, default_schema, mqtt_publisher
+from pyspark_reactive.options import OptionError
+from reactive_streams import Subscriber, Subscription, collect
+from reactive_streams.adapters.mqtt import MqttPublisher
+
+__all__ = ["queries", "watch"]  # fixtures shared with test_source
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[mosquitto.Broker]:
+    with mosquitto.Broker() as running:
+        yield running
+
+
+class _Idle(Subscriber[Any]):
+    """Subscribes and asks for nothing."""
+
+    subscription: Subscription | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+
+    def on_next(self, element: Any) -> None:
+        raise AssertionError(f"nothing was requested, yet {element} arrived")
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+
+    def on_complete(self) -> None:
+        pass
+
+
+def _persistent_session(broker: mosquitto.Broker, topic: str) -> str:
+    """Make a session subscribed to ``topic`` that the broker keeps queueing for."""
+    client_id = f"spark-{uuid.uuid4().hex[:8]}"
+    probe: MqttPublisher[Any] = MqttPublisher(broker.host, topic, port=broker.port,
+                                              client_id=client_id)
+    subscriber = _Idle()
+    probe.subscribe(subscriber)
+    assert probe.wait_subscribed(10), getattr(subscriber, "error", "no SUBACK")
+    assert subscriber.subscription is not None
+    subscriber.subscription.cancel()
+    return client_id
+
+
+def _first_messages(broker: mosquitto.Broker, topic: str, client_id: str,
+                    count: int) -> list[bytes]:
+    """Publish a marker, then resume the session: what comes before the marker is what
+    the query did not acknowledge."""
+    mosquitto.publish(broker.host, broker.port, topic.replace("+", "marker"), [b"marker"])
+    messages = collect(MqttPublisher(broker.host, topic, port=broker.port,
+                                     client_id=client_id, max_messages=count), timeout=20)
+    return [m.payload for m in messages]
+
+
+def test_json_payloads_into_the_schema_each_once_acknowledged_once_logged(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        broker: mosquitto.Broker, tmp_path: Path) -> None:
+    topic = f"spark/json/{uuid.uuid4().hex[:8]}"
+    client_id = _persistent_session(broker, topic)
+    count = 500
+    mosquitto.publish(broker.host, broker.port, topic,
+                      [json.dumps({"id": i, "name": f"n{i}"}) for i in range(count)])
+    df = reactive(spark, publisher="mqtt", host=broker.host, port=broker.port, topic=topic,
+                  clientId=client_id, format="json", maxRecordsPerTrigger=200,
+                  walLocation=tmp_path / "wal").schema("id BIGINT, name STRING").load()
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_rows(query, count)
+    query.stop()
+    rows = spark.table(name).collect()
+    assert sorted(row.id for row in rows) == list(range(count))  # each once
+    assert all(row.name == f"n{row.id}" for row in rows)
+    assert max(watch.batch_sizes(query)) <= 200
+    # Every message was in the log, so acknowledged (the last ones as the source stopped).
+    assert _first_messages(broker, topic, client_id, 1) == [b"marker"]
+
+
+def test_message_columns_without_a_log_acknowledged_once_committed(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        broker: mosquitto.Broker, tmp_path: Path) -> None:
+    topic = f"spark/columns/{uuid.uuid4().hex[:8]}"
+    client_id = _persistent_session(broker, f"{topic}/+")
+    before = datetime.datetime.now()
+    mosquitto.publish(broker.host, broker.port, f"{topic}/a", [b"\x00", b"\x01"])
+    df = reactive(spark, publisher="mqtt", host=broker.host, port=broker.port,
+                  topic=f"{topic}/+", clientId=client_id).load()
+    assert df.schema.simpleString() == (
+        "struct<topic:string,payload:binary,qos:int,retain:boolean,timestamp:timestamp>")
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_rows(query, 2)
+    # The broker keeps no QoS 0 message for a session that is away: send it now. Each
+    # message makes another batch, and Spark commits a batch when it plans the next.
+    mosquitto.publish(broker.host, broker.port, f"{topic}/b", [b"\xff"], qos=0)
+    watch.wait_rows(query, 3)
+    mosquitto.publish(broker.host, broker.port, f"{topic}/a", [b"\x02"])
+    watch.wait_rows(query, 4)
+    query.stop()
+    rows = sorted(spark.table(name).collect(), key=lambda r: (r.topic, bytes(r.payload)))
+    assert [(r.topic, bytes(r.payload), r.qos, r.retain) for r in rows] == [
+        (f"{topic}/a", b"\x00", 1, False), (f"{topic}/a", b"\x01", 1, False),
+        (f"{topic}/a", b"\x02", 1, False), (f"{topic}/b", b"\xff", 0, False)]
+    assert all(r.timestamp >= before - datetime.timedelta(seconds=1) for r in rows)
+    # Without a log a message is acknowledged once Spark commits its batch: the first
+    # ones were; the last batch was not committed when the query stopped, so its
+    # message comes again, before the marker.
+    assert _first_messages(broker, f"{topic}/+", client_id, 2) == [b"\x02", b"marker"]
+
+
+def test_load_checks_the_options_and_connects_nowhere(spark: SparkSession) -> None:
+    # Nothing listens on this port: load() must not try.
+    port = mosquitto.free_port()
+    df = reactive(spark, publisher="mqtt", host="127.0.0.1", port=port, topic="a/#").load()
+    assert df.schema.simpleString().startswith("struct<topic:string,payload:binary")
+    with pytest.raises((OptionError, PySparkException), match="option topic='a/#/b'"):
+        reactive(spark, publisher="mqtt", host="127.0.0.1", topic="a/#/b").load()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"topic": "t"}, "option host=None is not accepted: the broker's host"),
+    ({"host": "h"}, "option topic=None is not accepted: a topic filter"),
+    ({"host": "h", "topic": "a/b+"}, "'+' must be a whole level"),
+    ({"host": "h", "topic": "t", "qos": "2"}, "option qos='2' is not accepted"),
+    ({"host": "h", "topic": "t", "port": "x"}, "option port='x'"),
+    ({"host": "h", "topic": "t", "cleanStart": "maybe"}, "true or false"),
+    ({"host": "h", "topic": "t", "cleanStart": "false"}, "or set clientId"),
+    ({"host": "h", "topic": "t", "format": "xml"}, "one of message, json"),
+    ({"host": "h", "topic": "t", "receiveMaximum": "1000"},
+     "more than 2 x maxRecordsPerTrigger (20000) without walLocation"),
+    ({"host": "h", "topic": "t", "caCerts": "/no/such/file.pem"},
+     "a readable PEM file of certificate authorities"),
+])
+def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        mqtt_publisher(options)
+    assert message in str(raised.value)
+
+
+def test_options_reach_the_publisher() -> None:
+    publisher = mqtt_publisher({"host": "broker", "port": "8883", "topic": "a/+",
+                                "qos": "0", "clientId": "q", "sessionExpiry": "60",
+                                "username": "u", "password": "p", "tls": "true",
+                                "receiveMaximum": "500", "walLocation": "/tmp/x",
+                                "maxRecordsPerTrigger": "300", "keepalive": "5",
+                                "maxMessages": "7"})
+    assert isinstance(publisher, MqttPublisher)
+    assert (publisher.host, publisher.port, publisher.topic, publisher.qos) == (
+        "broker", 8883, "a/+", 0)
+    assert (publisher.client_id, publisher.clean_start, publisher.session_expiry) == (
+        "q", False, 60)
+    assert (publisher.username, publisher.password, publisher.tls) == ("u", "p", True)
+    assert (publisher.receive_maximum, publisher.max_buffered) == (500, 300)
+    assert (publisher.keepalive, publisher.max_messages) == (5, 7)
+    assert publisher.acknowledge == "on_durable"
+    fresh = mqtt_publisher({"host": "h", "topic": "t"})
+    assert isinstance(fresh, MqttPublisher)
+    assert (fresh.qos, fresh.clean_start, fresh.session_expiry, fresh.receive_maximum) == (
+        1, True, 0, 65535)
+
+
+def test_default_schemas() -> None:
+    assert default_schema({}) == MESSAGE_SCHEMA
+    with pytest.raises(OptionError, match="format=json parses each payload"):
+        default_schema({"format": "JSON"})
