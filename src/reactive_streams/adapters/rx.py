@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Final, Generic, Literal, TypeVar, get_args
 
 from ._extras import require
@@ -208,10 +207,14 @@ class ObservableSubscription(Emitter[T], Generic[T]):
         return self._counts.dropped
 
     def request(self, n: int) -> None:
-        with self._counts.inside():  # blocking on_next on this thread would deadlock
+        counts = self._counts
+        me = counts.enter()  # blocking on_next on this thread would deadlock
+        try:
             if type(n) is int and n > 0 and not self.done:
-                self._counts.add_demand(n)
+                counts.add_demand(n)
             super().request(n)
+        finally:
+            counts.leave(me)
 
 
 class _ObserverSource(Source[T]):
@@ -223,7 +226,8 @@ class _ObserverSource(Source[T]):
         self.capacity = publisher.buffer_size
         self.overflow = publisher.overflow
         self.dropped = 0
-        self._changed = threading.Condition()
+        self._changed = threading.Condition(threading.Lock())
+        self._blocked = 0  # producers waiting for room (overflow='block')
         self._buffer: collections.deque[T] = collections.deque()
         # Capacity is buffer_size plus the demand not yet taken from the buffer, so only
         # items beyond demand count against buffer_size.
@@ -235,34 +239,38 @@ class _ObserverSource(Source[T]):
         self._disposable: rx_abc.DisposableBase | None = None
         self._inside: set[int] = set()  # threads that must never block in on_next
 
-    @contextmanager
-    def inside(self) -> Iterator[None]:
-        """Mark the calling thread as one whose blocking in ``on_next`` would deadlock."""
+    def enter(self) -> int | None:
+        """Mark the calling thread as one whose blocking in ``on_next`` would deadlock;
+        returns what :meth:`leave` takes (``None`` when it was marked already)."""
         me = threading.get_ident()
-        nested = me in self._inside
+        if me in self._inside:
+            return None
         self._inside.add(me)
-        try:
-            yield
-        finally:
-            if not nested:
-                self._inside.discard(me)
+        return me
+
+    def leave(self, me: int | None) -> None:
+        if me is not None:
+            self._inside.discard(me)
 
     def add_demand(self, n: int) -> None:
         with self._changed:
             self._requested = min(self._requested + n, UNBOUNDED)
-            self._changed.notify_all()  # more demand: more room for a blocked producer
+            if self._blocked:
+                self._changed.notify_all()  # more demand: more room for it
 
     def connect(self, observable: reactivex.Observable[T]) -> None:
         with self._changed:
             if self._closed:
                 return  # cancelled in on_subscribe: never subscribe to the observable
+        me = self.enter()  # a synchronous observable emits right here
         try:
-            with self.inside():  # a synchronous observable emits right here
-                disposable = observable.subscribe(self._on_next, self._on_error,
-                                                  self._on_completed)
+            disposable = observable.subscribe(self._on_next, self._on_error,
+                                              self._on_completed)
         except Exception as exc:  # an observable that raises instead of signalling
             self._on_error(exc)
             return
+        finally:
+            self.leave(me)
         with self._changed:
             if not self._closed:
                 self._disposable = disposable
@@ -309,8 +317,10 @@ class _ObserverSource(Source[T]):
                     "(subscribe_on(NewThreadScheduler())), or choose overflow='error', "
                     "'drop_oldest' or 'drop_latest'")
             else:
+                self._blocked += 1
                 while not self._room() and not self._closed:
                     self._changed.wait()  # woken by pull, request and close
+                self._blocked -= 1
                 if self._closed:
                     return
                 self._buffer.append(item)
@@ -356,8 +366,11 @@ class _ObserverSource(Source[T]):
     def _signal(self) -> None:
         subscription = self.subscription
         if subscription is not None:
-            with self.inside():  # the loop may run here and signal the subscriber
+            me = self.enter()  # the loop may run here and signal the subscriber
+            try:
                 subscription.signal()
+            finally:
+                self.leave(me)
 
     def _dispose(self) -> None:
         with self._changed:
@@ -375,7 +388,8 @@ class _ObserverSource(Source[T]):
             taken = [buffer.popleft() for _ in range(min(n, len(buffer)))]
             if taken:
                 self._taken += len(taken)
-                self._changed.notify_all()  # room for a blocked producer
+                if self._blocked:
+                    self._changed.notify_all()  # room for it
             return taken, (None if buffer else self._terminal)
 
     def close(self) -> None:
