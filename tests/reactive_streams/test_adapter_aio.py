@@ -293,8 +293,14 @@ def test_cancel_from_another_thread_wakes_the_waiting_consumer() -> None:
     async def main() -> list[int]:
         subscriber = IteratorSubscriber[int](prefetch=2)
         Silent().subscribe(subscriber)
-        threading.Timer(0.05, subscriber.cancel).start()
-        return [x async for x in subscriber]
+
+        async def consume() -> list[int]:
+            return [x async for x in subscriber]
+
+        consumer = asyncio.create_task(consume())
+        await asyncio.sleep(0)  # the consumer runs up to its wait for an element
+        await asyncio.to_thread(subscriber.cancel)
+        return await asyncio.wait_for(consumer, WAIT)
 
     assert asyncio.run(main()) == []
 
