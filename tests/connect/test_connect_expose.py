@@ -14,10 +14,11 @@ from pyspark_reactive.remote import expose
 
 def test_live_publisher_of_the_client_feeds_a_query(spark: SparkSession,
                                                     tmp_path: Path) -> None:
-    live = RecordingRange(1500)
+    live = RecordingRange(1000)
     with expose(live) as exposed:
         df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=500)
         rows = run_available_now(df, tmp_path, "exposed")
-    assert sorted(r.value for r in rows) == list(range(1500))
+    assert sorted(r.value for r in rows) == list(range(1000))
     assert live.requests[0] == 500
     assert live.max_outstanding <= 500
+

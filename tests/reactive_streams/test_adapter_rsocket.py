@@ -243,3 +243,17 @@ def test_our_client_against_our_server_with_a_factory() -> None:
         assert collect(publisher, timeout=20) == list(range(2500))
         assert collect(publisher, timeout=20) == list(range(2500))  # a second subscription
     assert [(r.route, r.data) for r in seen] == [("r", b"2500")] * 2
+
+
+def test_closing_the_service_cancels_its_subscriptions_and_fails_its_clients() -> None:
+    local = RecordingRange(10**9, numbered)
+    service = serve(local)
+    recorder = Recorder(initial=5)
+    RSocketPublisher("127.0.0.1", service.port, route="a").subscribe(recorder)
+    recorder.wait_for_elements(5)
+    service.close()
+    assert local.cancelled.wait(10)
+    recorder.wait_done()
+    assert len(recorder.errors) == 1
+    assert f"127.0.0.1:{service.port} (route 'a'): connection lost" in str(recorder.errors[0])
+    service.close()  # idempotent
