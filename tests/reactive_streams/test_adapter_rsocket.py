@@ -119,6 +119,19 @@ def test_a_lost_connection_fails_the_stream() -> None:
     assert f"127.0.0.1:{peer.port} (route 'r'): connection lost" in str(recorder.errors[0])
 
 
+def test_a_connection_closed_before_any_request_fails_the_stream() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        recorder = Recorder()  # requests nothing: no REQUEST_STREAM is sent
+        RSocketPublisher("127.0.0.1", listener.getsockname()[1]).subscribe(recorder)
+        connection, _ = listener.accept()
+        connection.close()
+        recorder.wait_done()
+    assert len(recorder.errors) == 1
+    assert "connection lost: the server closed the connection" in str(recorder.errors[0])
+
+
 def test_decode_failure_names_the_payload_and_cancels(server: CountingServer) -> None:
     def decode(data: bytes) -> int:
         if data == b"4":

@@ -239,6 +239,10 @@ class _ClientHandler(_BaseRequestHandler):  # type: ignore[misc]
     async def on_connection_error(self, rsocket: Any, exception: Exception) -> None:
         self._stream.remote_failed(exception)
 
+    async def on_close(self, rsocket: Any, exception: Exception | None = None) -> None:
+        # After its streams were failed; before any REQUEST_STREAM there were none.
+        self._stream.connection_closed()
+
 
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
@@ -425,6 +429,11 @@ class _RemoteStream(Source[T], Generic[T]):
                                   f"{getattr(error, 'data', '') or error}"))
         else:
             self._end(self._error(f"the server answered with an error: {error}"))
+
+    def connection_closed(self) -> None:
+        if not self._closed and not self._finished:
+            why = self.connection_error or "the server closed the connection"
+            self._end(self._error(f"connection lost: {why}"))
 
     def _cancel_remote(self) -> None:
         """Send CANCEL for a stream under way (idempotent)."""
