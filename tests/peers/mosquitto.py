@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
@@ -130,11 +130,15 @@ class Broker:
 
 
 def publish(host: str, port: int, topic: str, payloads: Iterable[bytes | str], *,
-            qos: int = 1, retain: bool = False, timeout: float = 60.0) -> int:
-    """Publish ``payloads`` to ``topic`` as fast as one client can; return how many.
+            qos: int = 1, retain: bool = False, timeout: float = 60.0,
+            per_second: float | None = None,
+            published: Callable[[int], None] | None = None) -> int:
+    """Publish ``payloads`` to ``topic`` as fast as one client can (or at ``per_second``);
+    return how many.
 
     Waits until the broker has acknowledged every QoS 1/2 message (and, for QoS 0, until
-    the client has written them all out).
+    the client has written them all out). ``published(n)`` is told the count handed to
+    the client so far, after each message.
     """
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
@@ -149,7 +153,16 @@ def publish(host: str, port: int, topic: str, payloads: Iterable[bytes | str], *
     try:
         if not connected.wait(timeout):
             raise TimeoutError(f"no CONNACK from {host}:{port} within {timeout} s")
-        infos = [client.publish(topic, payload, qos=qos, retain=retain) for payload in payloads]
+        infos: list[mqtt.MQTTMessageInfo] = []
+        began = time.monotonic()
+        for payload in payloads:
+            if per_second is not None:
+                delay = began + len(infos) / per_second - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            infos.append(client.publish(topic, payload, qos=qos, retain=retain))
+            if published is not None:
+                published(len(infos))
         deadline = time.monotonic() + timeout
         for info in infos:
             info.wait_for_publish(max(0.0, deadline - time.monotonic()))
@@ -164,6 +177,7 @@ def publish(host: str, port: int, topic: str, payloads: Iterable[bytes | str], *
 
 if __name__ == "__main__":
     with Broker() as broker:
+        assert broker.process is not None
         print(f"mosquitto on {broker.host}:{broker.port} (pid {broker.process.pid}); "
               f"Ctrl-C ends it", flush=True)
         try:

@@ -563,7 +563,7 @@ class _Session(Source[T], Generic[T]):
         client.on_subscribe = on_subscribe
         client.on_message = on_message
         client.on_disconnect = on_disconnect
-        properties = Properties(PacketTypes.CONNECT)
+        properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         properties.ReceiveMaximum = p.receive_maximum
         if p.session_expiry:
             properties.SessionExpiryInterval = p.session_expiry
