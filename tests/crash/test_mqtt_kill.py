@@ -35,12 +35,17 @@ from reactive_streams import Subscriber, Subscription
 from reactive_streams.adapters.mqtt import MqttPublisher
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
+
+# The crash trials' way to find every process of a run: an environment variable they all
+# inherit.
+from crash_trials import TAG, _tagged  # noqa: E402
+
 MESSAGES = 10_000
 FIRST = 200  # published at once, for the first batch
 PER_SECOND = 1_500  # then the flow lasts about 6.5 s
 KILL_AFTER_S = 1.5  # after the first run's first batch
 PER_BATCH = 1_000
-TAG = "PYSPARK_REACTIVE_MQTT_KILL"
 
 
 class _Idle(Subscriber[Any]):
@@ -87,17 +92,6 @@ def _kill(child: subprocess.Popen[bytes], tag: str) -> None:
                 process.kill()
         psutil.wait_procs(tagged, timeout=5)
         assert time.monotonic() < deadline, f"survived SIGKILL: {[p.pid for p in tagged]}"
-
-
-def _tagged(tag: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get(TAG) == tag:
-                found.append(process)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 def _wait_for(path: Path, child: subprocess.Popen[bytes], timeout: float) -> None:

@@ -175,7 +175,28 @@ def publish(host: str, port: int, topic: str, payloads: Iterable[bytes | str], *
         client.loop_stop()
 
 
-if __name__ == "__main__":
+def _main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Serve a broker, or publish to one.")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("serve", help="serve a broker until interrupted (the default)")
+    send = sub.add_parser("publish", help="publish COUNT messages of SIZE bytes, as fast as "
+                                          "one client can, then print the seconds it took")
+    send.add_argument("host")
+    send.add_argument("port", type=int)
+    send.add_argument("topic")
+    send.add_argument("count", type=int)
+    send.add_argument("--size", type=int, default=100)
+    send.add_argument("--qos", type=int, default=1)
+    args = parser.parse_args()
+    if args.command == "publish":
+        pad = b"x" * max(0, args.size - 12)
+        began = time.perf_counter()
+        publish(args.host, args.port, args.topic,
+                (b"%010d:" % i + pad for i in range(args.count)), qos=args.qos, timeout=600)
+        print(f"{time.perf_counter() - began:.3f}", flush=True)
+        return
     with Broker() as broker:
         assert broker.process is not None
         print(f"mosquitto on {broker.host}:{broker.port} (pid {broker.process.pid}); "
@@ -184,3 +205,7 @@ if __name__ == "__main__":
             signal.pause()
         except KeyboardInterrupt:
             pass
+
+
+if __name__ == "__main__":
+    _main()
