@@ -443,8 +443,10 @@ class _RemoteStream(Source[T], Generic[T]):
         self._finished = True
         frame = _frames.to_cancel_frame(requester.stream_id)
         frame.sent_future = self._loop.create_future()
+        # The stream stays registered until the connection closes: payloads already on
+        # their way then reach arrived(), which drops them, instead of rsocket-py's
+        # warning about frames of an unknown stream.
         self._client.send_frame(frame)
-        self._client.finish_stream(requester.stream_id)
         self._cancel_written = frame.sent_future
 
     def _start_closing(self) -> None:
