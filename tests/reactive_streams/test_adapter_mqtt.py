@@ -130,6 +130,25 @@ def test_qos0_meets_tcp_backpressure(broker: mosquitto.Broker) -> None:
     assert not recorder.violations and not recorder.errors
 
 
+def test_a_pause_longer_than_keepalive_keeps_the_connection(broker: mosquitto.Broker) -> None:
+    # Reading is paused (a demand of 1, room for 2 more), so paho's own keepalive check
+    # would close the connection after 2 s, and the broker after 1.5 s without a packet.
+    topic = _topic("keepalive")
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        broker.host, topic, port=broker.port, receive_maximum=2, keepalive=1)
+    recorder = Recorder(initial=1)
+    _subscribed(publisher, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(20)])
+    assert _wait(lambda: publisher.received >= 3)
+    time.sleep(2.5)  # a pause of 2.5 keepalives, with nothing to read
+    assert publisher.received == 3 and not recorder.errors, recorder.errors
+    recorder.request(19)
+    recorder.wait_for_elements(20)
+    assert [m.payload for m in recorder.elements] == [str(i).encode() for i in range(20)]
+    recorder.cancel()
+    assert not recorder.errors and not recorder.violations
+
+
 def _session(broker: mosquitto.Broker, topic: str, client_id: str,
              **options: Any) -> MqttPublisher[MqttMessage]:
     return MqttPublisher(broker.host, topic, port=broker.port, client_id=client_id,
