@@ -5,6 +5,8 @@ two of ours against each other."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -270,3 +272,23 @@ def test_closing_the_service_cancels_its_subscriptions_and_fails_its_clients() -
     assert len(recorder.errors) == 1
     assert f"127.0.0.1:{service.port} (route 'a'): connection lost" in str(recorder.errors[0])
     service.close()  # idempotent
+
+
+def test_imports_without_pyspark_and_names_the_extra_without_rsocket() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['pyspark'] = None\n"  # importing it would fail
+        "import reactive_streams.adapters.rsocket\n"
+        "for name in [m for m in sys.modules if m == 'rsocket' or m.startswith('rsocket.')\n"
+        "             or m == 'reactive_streams.adapters.rsocket']:\n"
+        "    del sys.modules[name]\n"
+        "sys.modules['rsocket'] = None\n"
+        "try:\n"
+        "    import reactive_streams.adapters.rsocket\n"
+        "except ImportError as error:\n"
+        "    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "the RSocket adapter needs 'rsocket', which is not installed: pip install " \
+           "'pyspark-reactive[rsocket]'" in result.stdout
