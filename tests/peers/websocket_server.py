@@ -96,7 +96,9 @@ class WebSocketServer:
         self.connections = 0
         self.sent_by_connection: list[int] = []  # completed sends of each, in order
         self.request_headers: list[dict[str, str]] = []
-        self.closed_by_client: list[tuple[int | None, str | None]] = []
+        # Connection number -> (code, reason) of the close frame the client sent (None, None
+        # when it sent none) while the server was still sending.
+        self.closed_by_client: dict[int, tuple[int | None, str | None]] = {}
         self._changed = threading.Condition()
         # Per connection: its completed sends while one of its sends is blocked, else None.
         self._stalled_at: list[int | None] = []
@@ -182,11 +184,17 @@ class WebSocketServer:
                 raise AssertionError(f"{count} connections expected within {timeout} s; "
                                      f"{self.connections} came")
 
-    def wait_closed_by_client(self, count: int, timeout: float) -> None:
+    def wait_closed_by_client(self, connection: int, timeout: float) -> tuple[int | None,
+                                                                              str | None]:
+        """Wait until the client closes ``connection`` (numbered from 0 in the order they
+        came); return the code and reason it sent."""
         with self._changed:
-            if not self._changed.wait_for(lambda: len(self.closed_by_client) >= count, timeout):
-                raise AssertionError(f"{count} client closes expected within {timeout} s; "
-                                     f"saw {self.closed_by_client}")
+            if not self._changed.wait_for(lambda: connection in self.closed_by_client,
+                                          timeout):
+                raise AssertionError(f"connection {connection} was not closed by the client "
+                                     f"within {timeout} s; closes seen: "
+                                     f"{self.closed_by_client}")
+            return self.closed_by_client[connection]
 
     # -- serving ------------------------------------------------------------------------
 
@@ -223,9 +231,8 @@ class WebSocketServer:
                 await connection.close()
         except ConnectionClosed as closed:
             with self._changed:
-                self.closed_by_client.append(
-                    (closed.rcvd.code if closed.rcvd else None,
-                     closed.rcvd.reason if closed.rcvd else None))
+                self.closed_by_client[number] = (closed.rcvd.code if closed.rcvd else None,
+                                                 closed.rcvd.reason if closed.rcvd else None)
                 self._changed.notify_all()
 
     async def _send_numbered(self, connection: ServerConnection, number: int,

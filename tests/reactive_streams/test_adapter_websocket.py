@@ -95,7 +95,7 @@ def test_no_demand_leaves_the_socket_unread_so_the_servers_sends_block(
 
 def test_cancel_closes_the_connection_normally_even_while_the_server_is_held_back(
         server: WebSocketServer) -> None:
-    closes = len(server.closed_by_client)
+    connection = server.connections  # the number of the one made below
     recorder = _subscribe(f"{server.url}/count/inf", receive_buffer=BUFFER)
     recorder.request(3)
     recorder.wait_for_elements(3)
@@ -104,8 +104,7 @@ def test_cancel_closes_the_connection_normally_even_while_the_server_is_held_bac
     recorder.cancel()
     # The client reads and drops what was in flight until the server's close frame: the
     # closing handshake completes (code 1000) instead of timing out.
-    server.wait_closed_by_client(closes + 1, timeout=5)
-    assert server.closed_by_client[closes] == (1000, "")
+    assert server.wait_closed_by_client(connection, timeout=5) == (1000, "")
     for thread in threads:
         thread.join(5)
         assert not thread.is_alive(), f"{thread.name} still runs after cancel"
