@@ -15,6 +15,7 @@ Run as a script to serve a broker until interrupted (``python tests/peers/mosqui
 
 from __future__ import annotations
 
+import collections
 import getpass
 import os
 import shutil
@@ -48,14 +49,20 @@ class Broker:
         Where the config, log and persistence file go; a fresh temporary directory if
         omitted (removed at ``stop()``). Give the same one to a new broker to keep the
         sessions of a stopped one.
+    tls : bool
+        Also listen on ``tls_port`` with TLS: a certificate for 127.0.0.1 signed by a
+        certificate authority made for the broker, whose certificate is ``ca_file``.
     """
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike[str] | None = None,
+                 tls: bool = False) -> None:
         self._own_dir = directory is None
         self.dir = Path(directory if directory is not None
                         else tempfile.mkdtemp(prefix="mosquitto-"))
         self.port = free_port()
         self.closed_port = free_port()
+        self.tls_port = free_port() if tls else None
+        self.ca_file = self.dir / "ca.crt"
         self.host = "127.0.0.1"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -78,6 +85,7 @@ class Broker:
             f"acl_file {acl}",
             f"listener {self.closed_port} 127.0.0.1",
             "allow_anonymous false",
+            *self._tls_listener(),
             "persistence true",
             f"persistence_location {self.dir}/",
             "autosave_interval 1",
@@ -97,7 +105,9 @@ class Broker:
                 raise RuntimeError(f"mosquitto exited with {self.process.returncode}: "
                                    f"{error}\n{self.log}")
             try:
-                for port in (self.port, self.closed_port):
+                for port in (self.port, self.closed_port, self.tls_port):
+                    if port is None:
+                        continue
                     socket.create_connection((self.host, port), timeout=0.5).close()
                 return self
             except OSError:
@@ -106,6 +116,23 @@ class Broker:
                     raise RuntimeError(f"mosquitto did not listen within {timeout} s:\n"
                                        f"{self.log}") from None
                 time.sleep(0.05)
+
+    def _tls_listener(self) -> list[str]:
+        if self.tls_port is None:
+            return []
+        d = self.dir
+        (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+        for command in (
+            f"req -x509 -newkey rsa:2048 -nodes -keyout {d}/ca.key -out {d}/ca.crt -days 1 "
+            f"-subj /CN=test-ca",
+            f"req -newkey rsa:2048 -nodes -keyout {d}/server.key -out {d}/server.csr "
+            f"-subj /CN=127.0.0.1",
+            f"x509 -req -in {d}/server.csr -CA {d}/ca.crt -CAkey {d}/ca.key -CAcreateserial "
+            f"-out {d}/server.crt -days 1 -extfile {d}/san.cnf",
+        ):
+            subprocess.run(["openssl", *command.split()], check=True, capture_output=True)
+        return [f"listener {self.tls_port} 127.0.0.1", "allow_anonymous true",
+                f"cafile {d}/ca.crt", f"certfile {d}/server.crt", f"keyfile {d}/server.key"]
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the broker by its pid (it saves its persistence file), then SIGKILL."""
@@ -153,23 +180,33 @@ def publish(host: str, port: int, topic: str, payloads: Iterable[bytes | str], *
     try:
         if not connected.wait(timeout):
             raise TimeoutError(f"no CONNACK from {host}:{port} within {timeout} s")
-        infos: list[mqtt.MQTTMessageInfo] = []
+        # Packet ids are 16 bits: wait for the oldest when many are unacknowledged, or a
+        # new message would take the id of one still under way.
+        pending: collections.deque[mqtt.MQTTMessageInfo] = collections.deque()
+        sent = 0
         began = time.monotonic()
-        for payload in payloads:
-            if per_second is not None:
-                delay = began + len(infos) / per_second - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            infos.append(client.publish(topic, payload, qos=qos, retain=retain))
-            if published is not None:
-                published(len(infos))
-        deadline = time.monotonic() + timeout
-        for info in infos:
+        deadline = began + timeout
+
+        def settle(info: mqtt.MQTTMessageInfo) -> None:
             info.wait_for_publish(max(0.0, deadline - time.monotonic()))
             if not info.is_published():
                 raise TimeoutError(f"message {info.mid} to {topic} not acknowledged within "
                                    f"{timeout} s")
-        return len(infos)
+
+        for payload in payloads:
+            if per_second is not None:
+                delay = began + sent / per_second - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            if len(pending) >= 30_000:
+                settle(pending.popleft())
+            pending.append(client.publish(topic, payload, qos=qos, retain=retain))
+            sent += 1
+            if published is not None:
+                published(sent)
+        while pending:
+            settle(pending.popleft())
+        return sent
     finally:
         client.disconnect()
         client.loop_stop()

@@ -8,6 +8,7 @@ its pid. Each test uses topics and client ids of its own.
 from __future__ import annotations
 
 import re
+import ssl
 import threading
 import time
 import uuid
@@ -147,6 +148,28 @@ def test_a_pause_longer_than_keepalive_keeps_the_connection(broker: mosquitto.Br
     assert [m.payload for m in recorder.elements] == [str(i).encode() for i in range(20)]
     recorder.cancel()
     assert not recorder.errors and not recorder.violations
+
+
+def test_tls_with_the_broker_s_certificate_authority(tmp_path: Any) -> None:
+    with mosquitto.Broker(tmp_path, tls=True) as own:
+        assert own.tls_port is not None
+        context = ssl.create_default_context(cafile=str(own.ca_file))
+        topic = _topic("tls")
+        publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+            own.host, topic, port=own.tls_port, tls=context, receive_maximum=5)
+        recorder = Recorder(initial=3)
+        _subscribed(publisher, recorder)
+        mosquitto.publish(own.host, own.port, topic, [b"%d" % i for i in range(300)])
+        recorder.wait_for_elements(3)
+        assert _wait(lambda: publisher.received >= 8)
+        assert publisher.received == 8  # the bound holds over TLS too
+        recorder.request(297)
+        recorder.wait_for_elements(300)
+        assert [m.payload for m in recorder.elements] == [b"%d" % i for i in range(300)]
+        recorder.cancel()
+        # Without the authority the broker's certificate is refused.
+        with pytest.raises(MqttError, match="could not connect: .*CERTIFICATE_VERIFY_FAILED"):
+            collect(MqttPublisher(own.host, topic, port=own.tls_port, tls=True), timeout=10)
 
 
 def _session(broker: mosquitto.Broker, topic: str, client_id: str,
