@@ -26,6 +26,7 @@ from reactive_streams.adapters.rsocket import (
     UNBOUNDED_REQUEST_N,
     RemoteStreamError,
     RSocketPublisher,
+    RSocketService,
     StreamRequest,
     serve,
 )
@@ -188,6 +189,29 @@ class TestRSocketPublisherTCK(PublisherVerification[int]):
         # on the port. An ERROR frame would come only after REQUEST_STREAM, which waits for
         # the first request(n); test_error_frame_... covers that one.
         return RSocketPublisher("127.0.0.1", self.closed_port, decode=int)
+
+
+class TestRSocketPublisherAgainstServeTCK(TestRSocketPublisherTCK):
+    """The same, against serve(): the round trip through both sides of the adapter, where
+    the TCK's demand (its §1.1 check included) must pass through serve's pacing."""
+
+    service: RSocketService
+
+    @classmethod
+    def setup_class(cls) -> None:
+        super().setup_class()
+        cls.service = serve(lambda request: RangePublisher(0, int(request.data)),
+                            encode=lambda i: str(i).encode())
+
+    @classmethod
+    def teardown_class(cls) -> None:
+        cls.service.close()
+        super().teardown_class()
+
+    def create_publisher(self, elements: int) -> Publisher[int]:
+        count = min(elements, 2**62)  # LONG_MAX (an endless stream) fits no RangePublisher
+        return RSocketPublisher("127.0.0.1", self.service.port, data=str(count).encode(),
+                                decode=int)
 
 
 # -- serve() against a plain rsocket-py client -----------------------------------------------
