@@ -365,34 +365,22 @@ class _Session(Source[T], Generic[T]):
     # -- the emitter's side (its loop, one call at a time) ------------------------------
 
     def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
-        decode = self.p.decode
         limit = self.p.max_messages
-        elements: list[Any] = []
         with self._lock:
             if limit is not None:
                 n = min(n, limit - self._taken)
             wake = len(self._buffer) >= self._room_limit()
-            while len(elements) < n and self._buffer:
-                message, mid = self._buffer[0]
-                if decode is not None:
-                    try:
-                        element: Any = decode(message)
-                    except Exception as exc:
-                        self._terminal = ValueError(
-                            f"mqtt {self.p.address}: decoding a message of topic "
-                            f"{message.topic!r} failed: {exc!r}")
-                        self._terminal.__cause__ = exc
-                        break
-                    if element is None:
-                        self._terminal = TypeError(
-                            f"§2.13: decode returned None for a message of topic "
-                            f"{message.topic!r}")
-                        break
-                else:
-                    element = message
-                self._buffer.popleft()
-                self._taking.append((message.qos, mid))
-                elements.append(element)
+            taken = [self._buffer.popleft() for _ in range(min(n, len(self._buffer)))]
+        # Decoded outside the lock, so the network thread is not held up meanwhile.
+        elements, bad = self._decode(taken)
+        with self._lock:
+            if bad is not None:
+                # The message that failed and those after it stay unsignalled (and so
+                # unacknowledged); the stream fails after the ones before it.
+                self._buffer.extendleft(reversed(taken[len(elements):]))
+                taken = taken[:len(elements)]
+                self._terminal = bad
+            self._taking.extend((message.qos, mid) for message, mid in taken)
             self._taken += len(elements)
             # A failure is signalled after the elements pulled with it, and without
             # waiting for demand (§1.4); what is still read and not signalled is not
@@ -403,6 +391,26 @@ class _Session(Source[T], Generic[T]):
         if wake and elements:
             self._wake()  # reading was paused for want of room
         return elements, terminal
+
+    def _decode(self, taken: list[tuple[MqttMessage, int]]
+                ) -> tuple[list[Any], BaseException | None]:
+        decode = self.p.decode
+        if decode is None:
+            return [message for message, _ in taken], None
+        elements: list[Any] = []
+        for message, _ in taken:
+            try:
+                element = decode(message)
+            except Exception as exc:
+                error = ValueError(f"mqtt {self.p.address}: decoding a message of topic "
+                                   f"{message.topic!r} failed: {exc!r}")
+                error.__cause__ = exc
+                return elements, error
+            if element is None:
+                return elements, TypeError(f"§2.13: decode returned None for a message of "
+                                           f"topic {message.topic!r}")
+            elements.append(element)
+        return elements, None
 
     def signalled(self) -> None:
         """The subscriber's on_next returned for the oldest element pulled."""
@@ -647,12 +655,12 @@ class _Session(Source[T], Generic[T]):
             with self._lock:
                 if not self._room():
                     break
-                before = len(self._buffer) + self._taken
+                before = self.received
             rc = client.loop_read()
             if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
                 return rc
             with self._lock:
-                progressed = len(self._buffer) + self._taken != before
+                progressed = self.received != before
             if not progressed and not (sock is not None
                                        and getattr(sock, "pending", lambda: 0)() > 0):
                 break  # nothing more to read now, or a packet other than PUBLISH
