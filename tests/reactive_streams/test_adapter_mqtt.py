@@ -68,7 +68,8 @@ class TestMqttPublisherTck(PublisherVerification[MqttMessage]):
     def create_test_environment(self) -> TestEnvironment:
         # Connecting and receiving the retained messages takes a few milliseconds.
         return TestEnvironment(default_timeout_millis=1000,
-                               default_no_signals_timeout_millis=200)
+                               default_no_signals_timeout_millis=200,
+                               default_poll_timeout_millis=50)
 
     def stochastic_runs(self, default: int) -> int:
         return min(default, 3)  # each run connects to the broker
