@@ -16,13 +16,16 @@ every message to a list;
 ``maxRecordsPerTrigger=--batch``, with ``walLocation`` unless ``--no-wal``) into Spark's
 ``noop`` sink with the default trigger on ``local[2]``, until its progress events have
 counted every row.
+With ``--queued`` the publisher sends everything into the session first and the clock runs
+from the consumer's start (the query's ``start()`` for (b)) to its last message: that
+measures the consumer alone, where otherwise one publishing client is the limit.
 Each runs ``--repeat`` times after one warm-up; the best run counts, and (b) and (c) are
 printed as ratios of (a). Broker, publisher and consumer share the machine.
 
 Run from the repository root::
 
     .venv/bin/python benchmarks/mqtt_throughput.py [--rows N] [--size S] [--qos Q]
-        [--batch B] [--repeat K] [--no-wal]
+        [--batch B] [--repeat K] [--no-wal] [--queued]
 """
 
 from __future__ import annotations
@@ -61,6 +64,17 @@ def _publisher(broker: mosquitto.Broker, topic: str, args: argparse.Namespace) -
                              broker.host, str(broker.port), topic, str(args.rows),
                              "--size", str(args.size), "--qos", str(args.qos)],
                             stdout=subprocess.PIPE, text=True)
+
+
+def _queue(broker: mosquitto.Broker, topic: str, args: argparse.Namespace) -> Any:
+    """With --queued: publish everything into the session before the consumer starts, and
+    return the (finished) publisher process; else None."""
+    if not args.queued:
+        return None
+    publisher = _publisher(broker, topic, args)
+    if publisher.wait(600) != 0:
+        raise RuntimeError(f"the publisher process exited with {publisher.returncode}")
+    return publisher
 
 
 def _wait(done: Any, publisher: Any, what: str) -> None:
@@ -114,10 +128,11 @@ def ceiling(broker: mosquitto.Broker, args: argparse.Namespace) -> float:
             done.set()
 
     client.on_message = on_message
+    publisher = _queue(broker, topic, args)
+    began = time.perf_counter()
     _connect(client, broker)
     client.loop_start()
-    began = time.perf_counter()
-    publisher = _publisher(broker, topic, args)
+    publisher = publisher or _publisher(broker, topic, args)
     _wait(done.is_set, publisher, f"{len(kept)} of {args.rows} messages")
     took = time.perf_counter() - began
     client.disconnect()
@@ -138,8 +153,9 @@ def adapter(broker: mosquitto.Broker, args: argparse.Namespace) -> float:
     topic = f"bench/{uuid.uuid4().hex[:8]}"
     client_id = _session(broker, topic, args.qos)
     counter = _Counter(batch_size=args.batch)
+    publisher = _queue(broker, topic, args)
     began = time.perf_counter()
-    publisher = _publisher(broker, topic, args)
+    publisher = publisher or _publisher(broker, topic, args)
     MqttPublisher(broker.host, topic, port=broker.port, qos=args.qos, client_id=client_id,
                   receive_maximum=65535, max_buffered=args.batch,
                   max_messages=args.rows).subscribe(counter)
@@ -183,8 +199,9 @@ def into_spark(spark: Any, broker: mosquitto.Broker, args: argparse.Namespace) -
                   .option("clientId", client_id).option("maxRecordsPerTrigger", args.batch))
         if not args.no_wal:
             reader = reader.option("walLocation", f"{folder}/wal")
+        publisher = _queue(broker, topic, args)
         began = time.perf_counter()
-        publisher = _publisher(broker, topic, args)
+        publisher = publisher or _publisher(broker, topic, args)
         query = (reader.load().writeStream.format("noop")
                  .option("checkpointLocation", f"{folder}/checkpoint").start())
         _wait(listener.done.is_set, publisher, f"{listener.count} of {args.rows} rows")
@@ -206,6 +223,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000, help="maxRecordsPerTrigger")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-wal", action="store_true", help="no walLocation in (b)")
+    parser.add_argument("--queued", action="store_true",
+                        help="publish every message into the session first, then time the "
+                             "consumer alone (from connecting, or from the query's start)")
     args = parser.parse_args()
 
     with mosquitto.Broker() as broker:
@@ -222,7 +242,9 @@ def main() -> None:
     print(f"python {platform.python_version()}, pyspark {pyspark.__version__}, paho-mqtt "
           f"{paho.mqtt.__version__}, mosquitto 2.0.11; {args.rows} messages of {args.size} "
           f"bytes at QoS {args.qos} per run, maxRecordsPerTrigger={args.batch}, "
-          f"{'no walLocation' if args.no_wal else 'walLocation'}, best of {args.repeat}")
+          f"{'no walLocation' if args.no_wal else 'walLocation'}, "
+          f"{'queued before the consumer starts' if args.queued else 'published meanwhile'}, "
+          f"best of {args.repeat}")
     print(f"(a) plain paho client (ceiling): {plain:,.0f} rows/s")
     print(f"(c) MqttPublisher alone, no Spark: {alone:,.0f} rows/s "
           f"= {alone / plain:.0%} of the ceiling")
