@@ -23,6 +23,7 @@ def main() -> int:
     parser.add_argument("--final", action="store_true")
     parser.add_argument("--expect", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--per-trigger", type=int, default=1000)
     args = parser.parse_args()
 
     from pyspark.sql import functions as F
@@ -52,7 +53,7 @@ def main() -> int:
     df = (spark.readStream.format("reactive").schema("id BIGINT")
           .option("publisher", "mqtt").option("host", args.host).option("port", args.port)
           .option("topic", args.topic).option("clientId", args.client_id)
-          .option("format", "json").option("maxRecordsPerTrigger", 1000)
+          .option("format", "json").option("maxRecordsPerTrigger", args.per_trigger)
           .option("walLocation", str(folder / "wal")).load())
     query = (df.writeStream.format("parquet").option("path", str(folder / "sink"))
              .option("checkpointLocation", str(folder / "checkpoint")).start())

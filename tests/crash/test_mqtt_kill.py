@@ -72,7 +72,12 @@ def _spawn(folder: Path, broker: mosquitto.Broker, topic: str, client_id: str, r
                "--host", broker.host, "--port", str(broker.port), "--topic", topic,
                "--client-id", client_id, "--run", str(run)]
     if final:
-        command += ["--final", "--expect", str(MESSAGES), "--timeout", "120"]
+        # What is left after the kill, in few batches: the bound on duplicates concerns
+        # the run that was killed.
+        command += ["--final", "--expect", str(MESSAGES), "--timeout", "120",
+                    "--per-trigger", str(MESSAGES)]
+    else:
+        command += ["--per-trigger", str(PER_BATCH)]
     with open(folder / f"run-{run}.log", "wb") as output:
         return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
