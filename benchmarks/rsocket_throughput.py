@@ -8,11 +8,12 @@ as many as each request's data says. (a) The ceiling: a plain rsocket-py client 
 process requests the whole stream at once (RSocket's unbounded demand) and keeps every
 payload; rows/s from the request to the last payload. (c) ``RSocketPublisher`` (the
 adapter the built-in uses) into a subscriber that counts, requesting ``--batch`` at a time,
-in this process, no Spark. (b) A query reads ``--rows``
-payloads with ``publisher=rsocket`` (``format=bytes``, ``maxRecordsPerTrigger=--batch``)
-into Spark's ``noop`` sink with ``trigger(availableNow=True)`` on ``local[2]``; rows/s from
-``start()`` to termination. Each runs ``--repeat`` times after one warm-up; the best run
-counts, and (b) and (c) are printed as ratios of (a).
+in this process, no Spark. (b) A query reads ``--rows`` payloads with ``publisher=rsocket``
+(``format=bytes``, ``maxRecordsPerTrigger=--batch``) into Spark's ``noop`` sink with
+``trigger(availableNow=True)`` on ``local[2]``; rows/s from ``start()`` to termination.
+After one warm-up each, the three run in turn, ``--repeat`` rounds, so that a round's
+figures share the machine's load (each round is printed); the best of each counts, and (b)
+and (c) are printed as ratios of (a).
 
 Run from the repository root::
 
@@ -101,14 +102,20 @@ def main() -> None:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        ceiling(port, args.rows)  # warm-up
-        plain = max(ceiling(port, args.rows) for _ in range(args.repeat))
-        adapter(port, args.rows, args.batch)  # warm-up
-        alone = max(adapter(port, args.rows, args.batch) for _ in range(args.repeat))
         spark = local_session()
-        into_spark(spark, port, args.rows, args.batch)  # warm-up
-        spark_rate = max(into_spark(spark, port, args.rows, args.batch)
-                         for _ in range(args.repeat))
+        # Warm-ups, then rounds of all three in turn, so each round's figures are taken
+        # under the same load (a shared machine's load drifts between minutes).
+        ceiling(port, args.rows)
+        adapter(port, args.rows, args.batch)
+        into_spark(spark, port, args.rows, args.batch)
+        rounds = []
+        for _ in range(args.repeat):
+            rounds.append((ceiling(port, args.rows), adapter(port, args.rows, args.batch),
+                           into_spark(spark, port, args.rows, args.batch)))
+            plain_i, alone_i, spark_i = rounds[-1]
+            print(f"round {len(rounds)}: ceiling {plain_i:,.0f}, adapter {alone_i:,.0f} "
+                  f"({alone_i / plain_i:.0%}), into Spark {spark_i:,.0f} "
+                  f"({spark_i / plain_i:.0%}) rows/s", flush=True)
         spark.stop()
     finally:
         if server.stdin is not None:
@@ -117,6 +124,7 @@ def main() -> None:
             server.wait(10)
         except subprocess.TimeoutExpired:
             server.kill()
+    plain, alone, spark_rate = (max(r[i] for r in rounds) for i in range(3))
     print(f"python {platform.python_version()}, pyspark {pyspark.__version__}, "
           f"{args.rows} rows per run, maxRecordsPerTrigger={args.batch}, best of {args.repeat}")
     print(f"(a) plain rsocket-py client (ceiling): {plain:,.0f} rows/s")

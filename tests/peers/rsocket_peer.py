@@ -249,7 +249,10 @@ class _Keeper(RSocketSubscriber):
             client.payloads.append(bytes(value.data or b""))
             if is_complete:
                 client.completed = True
-            client.changed.notify_all()
+            # Waking a waiter per payload would cost the loop's thread the GIL each time
+            # (and the ceiling its rate): only when what it waits for may have come.
+            if is_complete or len(client.payloads) >= client.wake_at:
+                client.changed.notify_all()
 
     def on_error(self, exception: Exception) -> None:
         with self._client.changed:
@@ -269,6 +272,7 @@ class PlainClient:
 
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         self.payloads: list[bytes] = []
+        self.wake_at = 1  # payloads that wake a waiter (wait_payloads sets it)
         self.completed = False
         self.error: Exception | None = None
         self.changed = threading.Condition()
@@ -312,9 +316,13 @@ class PlainClient:
                                      f"{self.error}")
 
     def wait_payloads(self, count: int, timeout: float = 60.0) -> None:
+        with self.changed:
+            self.wake_at = count
         self.wait_for(lambda: len(self.payloads) >= count, timeout, f"{count} payloads")
 
     def wait_end(self, timeout: float = 60.0) -> None:
+        with self.changed:
+            self.wake_at = 2**63  # only the end (or an error) wakes
         self.wait_for(lambda: self.completed, timeout, "the stream's end")
 
     def json_rows(self) -> list[Any]:
