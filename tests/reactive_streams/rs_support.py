@@ -1,11 +1,19 @@
-"""Test helpers: a subscriber that records every signal and checks the spec as it goes."""
+"""Test helpers: a subscriber that records every signal and checks the spec as it goes, a
+publisher wrapper that records every request and cancel, and small waiting helpers."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
-from reactive_streams import Subscriber, Subscription
+from reactive_streams import Publisher, Subscriber, Subscription
+
+T = TypeVar("T")
 
 
 class Recorder(Subscriber[Any]):
@@ -120,3 +128,108 @@ class Recorder(Subscriber[Any]):
 
     def assert_clean(self) -> None:
         assert not self.violations, self.violations
+
+
+# -- a publisher that records what its subscriber asks of it -------------------------------
+
+
+class Recording(Publisher[T]):
+    """Wraps a publisher; records every request and cancel of its (one) subscription.
+
+    ``max_in_flight`` is the largest value, at any request, of requested-and-not-delivered
+    plus what the subscriber reports as ``buffered`` (an iterator's buffer): the elements
+    ahead of the consumer. ``changed`` is notified at every request, cancel and element.
+    """
+
+    def __init__(self, inner: Publisher[T]) -> None:
+        self.inner = inner
+        self.lock = threading.RLock()  # a subscriber may request from inside on_next
+        self.changed = threading.Condition(self.lock)
+        self.requests: list[int] = []
+        self.requested = 0
+        self.delivered = 0
+        self.max_in_flight = 0
+        self.cancelled = threading.Event()
+        self.subscribed = threading.Event()
+        self.downstream: Subscriber[T] | None = None
+
+    def subscribe(self, subscriber: Subscriber[T]) -> None:
+        self.downstream = subscriber
+        self.inner.subscribe(_Tap(self, subscriber))
+
+    def ahead(self) -> int:
+        buffered = getattr(self.downstream, "buffered", 0)
+        return self.requested - self.delivered + buffered
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate`` (of the counts) holds, for at most ``timeout`` seconds;
+        returns whether it does. Checked at every request, cancel and element."""
+        with self.changed:
+            return self.changed.wait_for(predicate, timeout)
+
+
+class _TapSubscription(Subscription):
+    def __init__(self, record: Recording[Any], inner: Subscription) -> None:
+        self.record = record
+        self.inner = inner
+
+    def request(self, n: int) -> None:
+        record = self.record
+        with record.lock:
+            record.requests.append(n)
+            record.requested += n
+            record.max_in_flight = max(record.max_in_flight, record.ahead())
+            record.changed.notify_all()
+        self.inner.request(n)
+
+    def cancel(self) -> None:
+        self.record.cancelled.set()
+        with self.record.changed:
+            self.record.changed.notify_all()
+        self.inner.cancel()
+
+
+class _Tap(Subscriber[T]):
+    def __init__(self, record: Recording[T], downstream: Subscriber[T]) -> None:
+        self.record = record
+        self.downstream = downstream
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.downstream.on_subscribe(_TapSubscription(self.record, subscription))
+        self.record.subscribed.set()
+
+    def on_next(self, element: T) -> None:
+        # Counted and buffered under the lock, so a request sees both or neither.
+        with self.record.lock:
+            self.record.delivered += 1
+            self.downstream.on_next(element)
+            self.record.changed.notify_all()
+
+    def on_error(self, error: BaseException) -> None:
+        self.downstream.on_error(error)
+
+    def on_complete(self) -> None:
+        self.downstream.on_complete()
+
+
+# -- waiting and processes ------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds, failing after ``timeout`` seconds with ``what``.
+
+    Only for states that no event or condition reports (another thread's stack, say);
+    everything else is waited for on its event.
+    """
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set: a wait that cannot be cut short
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        pause.wait(0.002)
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that finds only ``src`` besides the venv."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from rs_support import Recorder
+from rs_support import Recorder, Recording, run_python
 
 from reactive_streams import (
     AsyncIterablePublisher,
@@ -39,75 +36,7 @@ T = TypeVar("T")
 WAIT = 10.0  # seconds for something that must happen
 
 
-# -- a publisher that records what its subscriber asks of it -------------------------------
-
-
-class Recording(Publisher[T]):
-    """Wraps a publisher; records every request and cancel of its (one) subscription.
-
-    ``max_in_flight`` is the largest value, at any request, of requested-and-not-delivered
-    plus what the iterator holds in its buffer: the elements ahead of the consumer.
-    """
-
-    def __init__(self, inner: Publisher[T]) -> None:
-        self.inner = inner
-        self.lock = threading.RLock()  # a subscriber may request from inside on_next
-        self.requests: list[int] = []
-        self.requested = 0
-        self.delivered = 0
-        self.max_in_flight = 0
-        self.cancelled = threading.Event()
-        self.subscribed = threading.Event()
-        self.downstream: Subscriber[T] | None = None
-
-    def subscribe(self, subscriber: Subscriber[T]) -> None:
-        self.downstream = subscriber
-        self.inner.subscribe(_Tap(self, subscriber))
-
-    def ahead(self) -> int:
-        buffered = self.downstream.buffered if isinstance(self.downstream,
-                                                          IteratorSubscriber) else 0
-        return self.requested - self.delivered + buffered
-
-
-class _TapSubscription(Subscription):
-    def __init__(self, record: Recording[Any], inner: Subscription) -> None:
-        self.record = record
-        self.inner = inner
-
-    def request(self, n: int) -> None:
-        record = self.record
-        with record.lock:
-            record.requests.append(n)
-            record.requested += n
-            record.max_in_flight = max(record.max_in_flight, record.ahead())
-        self.inner.request(n)
-
-    def cancel(self) -> None:
-        self.record.cancelled.set()
-        self.inner.cancel()
-
-
-class _Tap(Subscriber[T]):
-    def __init__(self, record: Recording[T], downstream: Subscriber[T]) -> None:
-        self.record = record
-        self.downstream = downstream
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self.downstream.on_subscribe(_TapSubscription(self.record, subscription))
-        self.record.subscribed.set()
-
-    def on_next(self, element: T) -> None:
-        # Counted and buffered under the lock, so a request sees both or neither.
-        with self.record.lock:
-            self.record.delivered += 1
-            self.downstream.on_next(element)
-
-    def on_error(self, error: BaseException) -> None:
-        self.downstream.on_error(error)
-
-    def on_complete(self) -> None:
-        self.downstream.on_complete()
+# -- helpers ---------------------------------------------------------------------------------
 
 
 class Silent(Publisher[int]):
@@ -164,9 +93,13 @@ def test_a_consumer_that_stops_taking_stops_the_demand() -> None:
         elements = iterate(record, prefetch=10)
         for _ in range(7):
             await anext(elements)
-        # The publisher gets no more demand than 10 ahead of the 7 taken, however long we
-        # wait: the iterator requests only when the consumer takes.
-        assert record.requested <= 7 + 10
+        # The publisher has acted on every request: 15 delivered, 8 of them buffered.
+        assert await asyncio.to_thread(
+            record.wait_for, lambda: record.delivered == record.requested == 15, WAIT)
+        # Now the consumer takes nothing: no request may come, from any thread. (Waiting
+        # for a request that must not come has to end somewhere; 0.3 s is the window.)
+        assert not await asyncio.to_thread(
+            record.wait_for, lambda: record.requested > 15 or record.cancelled.is_set(), 0.3)
         await elements.aclose()
 
     asyncio.run(main())
@@ -270,6 +203,29 @@ def test_cancelling_the_iterating_task_cancels_the_subscription() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert record.cancelled.is_set()
+
+    asyncio.run(main())
+
+
+def test_cancelling_a_task_waiting_on_an_iterator_subscriber_cancels_the_subscription() -> None:
+    record = Recording(Silent())
+
+    async def main() -> None:
+        subscriber = IteratorSubscriber[int](prefetch=4)  # no generator's finally here
+        record.subscribe(subscriber)
+
+        async def consume() -> None:
+            async for _ in subscriber:
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0)  # the task runs up to its wait in __anext__
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert record.cancelled.is_set()
+        with pytest.raises(StopAsyncIteration):
+            await anext(subscriber)
 
     asyncio.run(main())
 
@@ -473,13 +429,6 @@ def test_round_trip_on_one_loop() -> None:
 
 
 # -- the package stays free of pyspark and of every adapter library --------------------------
-
-
-def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter that finds only ``src`` besides the venv."""
-    src = Path(__file__).resolve().parents[2] / "src"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
 
 
 def test_importing_the_package_and_aio_loads_no_spark_and_no_adapter_library() -> None:

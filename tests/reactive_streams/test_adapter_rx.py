@@ -5,6 +5,7 @@ error that names the extra when reactivex is missing."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -15,8 +16,7 @@ import reactivex
 from reactivex import operators as ops
 from reactivex.scheduler import NewThreadScheduler
 from reactivex.subject import Subject
-from rs_support import Recorder
-from test_adapter_aio import Recording, run_python
+from rs_support import Recorder, Recording, run_python, wait_until
 
 from reactive_streams import UNBOUNDED, IterablePublisher, Publisher, RangePublisher
 from reactive_streams.adapters.rx import (
@@ -61,16 +61,22 @@ class Producer(threading.Thread):
         with self.changed:
             assert self.changed.wait_for(lambda: self.returned >= count, WAIT), self.returned
 
-    def assert_held_in_on_next(self) -> None:
-        """The producer stays in an on_next, waiting on the adapter's condition."""
-        self.join(0.3)  # it had that long to return, if it could
-        assert self.is_alive()
+    def waiting_in_on_next(self) -> bool:
+        """Whether the producer waits on the adapter's condition inside its ``_on_next``."""
         frame = sys._current_frames().get(self.ident or -1)
-        names = []
+        if frame is None or frame.f_code.co_name != "wait":
+            return False
         while frame is not None:
-            names.append(frame.f_code.co_name)
+            if frame.f_code.co_name == "_on_next" and frame.f_code.co_filename.endswith("rx.py"):
+                return True
             frame = frame.f_back
-        assert "_on_next" in names and "wait" in names, names
+        return False
+
+    def assert_held_in_on_next(self, returned: int) -> None:
+        """The producer, having returned from ``returned`` on_next calls, waits in the next
+        one (no event says so: its stack is polled)."""
+        wait_until(self.waiting_in_on_next, WAIT, "the producer waiting in on_next")
+        assert self.returned == returned
 
 
 def produce(subject: Subject[int], items: range,
@@ -160,13 +166,12 @@ def test_block_holds_the_producing_thread_until_demand_frees_space() -> None:
     recorder = subscribed(publisher)
     producer = produce(subject, range(10))
     # 0 and 1 fill the buffer; the producer's on_next(2) waits for room.
-    producer.wait_returned(2)
-    producer.assert_held_in_on_next()
-    assert producer.returned == 2 and recorder.elements == []
+    producer.assert_held_in_on_next(returned=2)
+    assert recorder.elements == []
     recorder.request(1)  # 0 leaves the buffer: 2 gets in, 3 waits
     producer.wait_returned(3)
-    producer.assert_held_in_on_next()
-    assert producer.returned == 3 and recorder.elements == [0]
+    producer.assert_held_in_on_next(returned=3)
+    assert recorder.elements == [0]
     recorder.request(100)
     producer.join(WAIT)
     assert not producer.is_alive()
@@ -182,8 +187,7 @@ def test_cancel_releases_a_blocked_producer_and_disposes() -> None:
                                 overflow="block", buffer_size=1)
     recorder = subscribed(publisher)
     producer = produce(subject, range(5))
-    producer.wait_returned(1)
-    producer.assert_held_in_on_next()
+    producer.assert_held_in_on_next(returned=1)
     recorder.cancel()
     producer.join(WAIT)
     assert not producer.is_alive()  # woken by the cancel; what it pushes next is ignored
@@ -202,12 +206,73 @@ def test_block_on_the_subscribing_thread_is_refused_not_a_deadlock() -> None:
     assert publisher.dropped == 3  # the item that did not fit, and the two buffered
 
 
+def test_block_on_an_event_loop_thread_is_refused_not_a_frozen_loop() -> None:
+    subject: Subject[int] = Subject()
+    publisher = from_observable(subject, overflow="block", buffer_size=2)
+    recorder = subscribed(publisher)  # requests nothing
+
+    async def feed() -> None:
+        for i in range(3):  # 2 fill the buffer; the third would hold the loop's thread
+            subject.on_next(i)
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(feed(),), daemon=True)
+    loop_thread.start()
+    loop_thread.join(WAIT)
+    assert not loop_thread.is_alive(), "the event loop's thread is held in on_next"
+    recorder.wait_done()
+    [error] = recorder.errors
+    assert isinstance(error, RuntimeError)
+    assert "overflow='block' would block an asyncio event loop" in str(error)
+    assert recorder.elements == [] and publisher.dropped == 3
+
+
+@pytest.mark.parametrize("end", ["cancel", "overflow"])
+def test_a_synchronous_observable_stops_when_the_subscription_ends(end: str) -> None:
+    emitted = 0
+
+    def count(_: int) -> None:
+        nonlocal emitted
+        emitted += 1
+
+    observable = reactivex.range(0, 100_000).pipe(ops.do_action(count))
+    publisher = from_observable(observable, overflow="error", buffer_size=4)
+    recorder = Recorder(initial=10 if end == "cancel" else 2)
+    if end == "cancel":
+        recorder.handle = lambda element: (  # type: ignore[method-assign]
+            recorder.cancel() if element == 2 else None)
+    publisher.subscribe(recorder)  # the range runs inside this call
+    # The observable is disposed when the subscription ends, not left to run to its end.
+    if end == "cancel":
+        assert recorder.elements == [0, 1, 2] and recorder.terminals == 0
+        assert emitted == 3
+    else:
+        assert recorder.elements == [0, 1]
+        assert [type(e) for e in recorder.errors] == [BufferOverflowError]
+        assert emitted == 2 + 4 + 1  # the demand, the buffer, the item that did not fit
+    recorder.assert_clean()
+
+
+def test_an_endless_synchronous_observable_is_disposed_on_cancel() -> None:
+    recorder = Recorder(initial=3)
+    recorder.handle = lambda element: (  # type: ignore[method-assign]
+        recorder.cancel() if len(recorder.elements) == 3 else None)
+    publisher = from_observable(reactivex.repeat_value(7), overflow="drop_latest",
+                                buffer_size=4)
+    subscribing = threading.Thread(target=publisher.subscribe, args=(recorder,), daemon=True)
+    subscribing.start()
+    subscribing.join(WAIT)
+    assert not subscribing.is_alive(), "subscribe() still runs the cancelled observable"
+    assert recorder.elements == [7, 7, 7] and recorder.terminals == 0
+
+
 def test_block_with_an_observable_on_a_thread_of_its_own_delivers_everything() -> None:
     observable = reactivex.range(0, 3000).pipe(ops.subscribe_on(NewThreadScheduler()))
     publisher = from_observable(observable, overflow="block", buffer_size=4)
-    recorder = subscribed(publisher, initial=8)
-    # One more for each element received: 8 outstanding all along, the producer held back.
+    recorder = Recorder(initial=8)
+    # One more for each element received: 8 outstanding all along, the producer held
+    # back. Set before subscribing: the range emits on its own thread from then on.
     recorder.handle = lambda element: recorder.request(1)  # type: ignore[method-assign]
+    publisher.subscribe(recorder)
     recorder.wait_done()
     assert recorder.elements == list(range(3000)) and publisher.dropped == 0
     recorder.assert_clean()
@@ -282,11 +347,13 @@ def test_the_observable_must_be_an_observable() -> None:
 # -- to_observable ---------------------------------------------------------------------------
 
 
-def test_to_observable_requests_in_batches() -> None:
+@pytest.mark.parametrize(("batch", "refill"), [(4, 2), (5, 3), (1, 1)])
+def test_to_observable_requests_in_batches(batch: int, refill: int) -> None:
+    # As documented: batch, then batch - batch // 2 each time demand falls to batch // 2.
     record = Recording(RangePublisher(0, 20))
-    assert to_observable(record, batch=4).pipe(ops.to_list()).run() == list(range(20))
-    assert record.requests[0] == 4 and set(record.requests[1:]) == {2}
-    assert record.max_in_flight <= 4
+    assert to_observable(record, batch=batch).pipe(ops.to_list()).run() == list(range(20))
+    assert record.requests[0] == batch and set(record.requests[1:]) == {refill}
+    assert record.max_in_flight <= batch
 
 
 def test_to_observable_from_a_threaded_publisher() -> None:

@@ -1,11 +1,12 @@
 """ReactiveX and Reactive Streams: an Observable as a Publisher, with a bounded buffer and
 an explicit overflow policy for the items the subscriber has not asked for, and a
 Publisher as an Observable that requests in batches. Needs the extra ``rx`` (the
-``reactivex`` library, version 4 API).
+``reactivex`` library, version 4 or later).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import threading
 from collections.abc import Sequence
@@ -74,24 +75,38 @@ def from_observable(observable: reactivex.Observable[T], *, overflow: Overflow,
         buffer size) at once, without the buffered items, and the observable's
         subscription is disposed.
     ``"drop_oldest"``
-        The oldest buffered item is dropped to make room for the new one.
+        The oldest buffered item is dropped to make room for the new one. That item may
+        be one the subscriber had already requested, when the signal loop had not yet
+        taken it from the buffer (it is busy on another thread); the demand is then met
+        by a later item.
     ``"drop_latest"``
         The new item is dropped; the buffer keeps the items it holds.
     ``"block"``
         The observable's ``on_next`` waits, holding the thread that emits, until the
         subscriber's demand frees space (or it cancels). Only valid where the observable
-        emits on a thread of its own (``subscribe_on``/``observe_on`` a
-        ``NewThreadScheduler``, ``reactivex.interval`` on one, a subject fed by a thread
-        of yours): blocking the thread that subscribes or requests would deadlock. When
-        ``on_next`` comes on such a thread (a synchronous observable such as a plain
-        ``reactivex.range``), the subscriber gets ``on_error(RuntimeError)`` saying so
-        instead of a hang.
+        emits on a thread that never requests from this subscription
+        (``subscribe_on``/``observe_on`` a ``NewThreadScheduler``, ``reactivex.interval``
+        on one, a subject fed by a thread of yours that does not request): a thread
+        blocked in ``on_next`` cannot request the demand it waits for, so if no other
+        thread requests, it waits forever. Two such cases are detected, and the
+        subscriber gets ``on_error(RuntimeError)`` saying so (the stream fails: the item
+        that did not fit and the buffered ones are counted in ``dropped``):
+        ``on_next`` on the thread that is subscribing or requesting, during that call
+        (a synchronous observable such as a plain ``reactivex.range``), and ``on_next``
+        on a thread running an asyncio event loop (holding it would freeze the loop,
+        and deadlock if the loop also consumes). A thread that requested earlier and
+        feeds a subject later is not detected (it might be freed by a request from
+        another thread, and refusing every thread that ever requested would refuse a
+        subscriber that requests from ``on_next`` on the observable's thread): it hangs.
 
     Dropped items are counted: :attr:`ObservableSubscription.dropped` for one
     subscription, :attr:`ObservablePublisher.dropped` for all of them. The observable's
     ``on_completed`` and ``on_error`` become ``on_complete`` and ``on_error`` after the
     buffered items have been signalled (so they wait for the demand those items need).
-    Cancelling the subscription disposes the observable's subscription. Signals are sent
+    Cancelling the subscription disposes the observable's subscription, also while a
+    synchronous observable is still emitting inside ``subscribe`` (the observable is
+    subscribed through the current thread's trampoline, as Rx's own sources do, so its
+    disposable is known before its first item). Signals are sent
     from the thread that requests or the thread the observable emits on, one at a time
     (§1.3). A ``None`` item fails the stream with ``TypeError`` (§2.13).
 
@@ -151,7 +166,23 @@ def from_observable(observable: reactivex.Observable[T], *, overflow: Overflow,
 
 
 class ObservablePublisher(Publisher[T], Generic[T]):
-    """The Publisher :func:`from_observable` returns; see there."""
+    """The Publisher :func:`from_observable` returns; see there for the overflow policies.
+
+    Parameters
+    ----------
+    observable, overflow, buffer_size
+        As for :func:`from_observable`, which checks them the same way (``TypeError``
+        for an observable that is not one, ``ValueError`` for the other two).
+
+    Examples
+    --------
+    >>> import reactivex
+    >>> from reactive_streams import collect
+    >>> from reactive_streams.adapters.rx import ObservablePublisher
+    >>> publisher = ObservablePublisher(reactivex.of(1, 2), overflow="error", buffer_size=4)
+    >>> collect(publisher), publisher.dropped
+    ([1, 2], 0)
+    """
 
     def __init__(self, observable: reactivex.Observable[T], *, overflow: Overflow,
                  buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
@@ -195,7 +226,34 @@ class ObservablePublisher(Publisher[T], Generic[T]):
 class ObservableSubscription(Emitter[T], Generic[T]):
     """The Subscription an :class:`ObservablePublisher` gives each subscriber: the common
     :class:`~reactive_streams.signalling.Emitter`, which also tells the buffer about
-    demand and counts what the overflow policy dropped."""
+    demand and counts what the overflow policy dropped.
+
+    Created by :meth:`ObservablePublisher.subscribe`, never by users; a subscriber gets
+    it in ``on_subscribe``.
+
+    Parameters
+    ----------
+    subscriber : Subscriber
+        The subscriber it signals.
+    source : _ObserverSource
+        The subscription's bounded buffer.
+
+    Examples
+    --------
+    >>> import reactivex
+    >>> from reactive_streams import Subscriber
+    >>> from reactive_streams.adapters.rx import from_observable
+    >>> class Keep(Subscriber[int]):
+    ...     def on_subscribe(self, subscription): self.subscription = subscription
+    ...     def on_next(self, element): pass
+    ...     def on_error(self, error): pass
+    ...     def on_complete(self): pass
+    >>> keep = Keep()
+    >>> from_observable(reactivex.of(1, 2, 3), overflow="drop_latest",
+    ...                 buffer_size=1).subscribe(keep)
+    >>> keep.subscription.dropped  # nothing requested: 1 is held, 2 and 3 dropped
+    2
+    """
 
     def __init__(self, subscriber: Subscriber[T], source: _ObserverSource[T]) -> None:
         super().__init__(subscriber, source)
@@ -262,15 +320,31 @@ class _ObserverSource(Source[T]):
         with self._changed:
             if self._closed:
                 return  # cancelled in on_subscribe: never subscribe to the observable
-        me = self.enter()  # a synchronous observable emits right here
+        me = self.enter()  # a synchronous observable emits on this thread, in this call
+        try:
+            trampoline = CurrentThreadScheduler.singleton()
+            if trampoline.schedule_required():
+                # Subscribe inside a trampoline, as Rx's own sources do: a synchronous
+                # observable (range, of, repeat_value) then queues its items on it, so
+                # subscribe() hands back the disposable before the first item, and a
+                # cancel or an overflow error during the run can dispose it. The thread
+                # stays marked until the trampoline has run everything.
+                def subscribe(_: rx_abc.SchedulerBase, __: object = None) -> None:
+                    self._subscribe(observable)
+
+                trampoline.schedule(subscribe)
+            else:
+                self._subscribe(observable)  # within a trampoline already: items queue on it
+        finally:
+            self.leave(me)
+
+    def _subscribe(self, observable: reactivex.Observable[T]) -> None:
         try:
             disposable = observable.subscribe(self._on_next, self._on_error,
                                               self._on_completed)
         except Exception as exc:  # an observable that raises instead of signalling
             self._on_error(exc)
             return
-        finally:
-            self.leave(me)
         with self._changed:
             if not self._closed:
                 self._disposable = disposable
@@ -315,6 +389,13 @@ class _ObserverSource(Source[T]):
                     "emitted on the thread that subscribes to it or requests from it, so "
                     "nothing could free space while it waits. Emit on a thread of its own "
                     "(subscribe_on(NewThreadScheduler())), or choose overflow='error', "
+                    "'drop_oldest' or 'drop_latest'")
+            elif asyncio._get_running_loop() is not None:
+                failure = RuntimeError(
+                    "from_observable: overflow='block' would block an asyncio event loop: "
+                    "the observable emitted on a thread running one, and waiting there for "
+                    "demand would freeze the loop (and deadlock it if the loop consumes "
+                    "this stream). Emit on a thread of its own, or choose overflow='error', "
                     "'drop_oldest' or 'drop_latest'")
             else:
                 self._blocked += 1
@@ -406,8 +487,9 @@ def to_observable(publisher: Publisher[T], *,
     """A ReactiveX Observable over a Publisher, requesting in batches.
 
     Each subscription to the observable subscribes to the publisher once and requests
-    ``batch`` items, then ``max(1, batch // 2)`` more each time that many have been
-    emitted, so at most ``batch`` are outstanding. ``on_complete`` and ``on_error`` become
+    ``batch`` items, then, each time the outstanding demand has fallen to ``batch // 2``,
+    ``batch - batch // 2`` more (3 at a time for a batch of 5, 1 for a batch of 1), so at
+    most ``batch`` are outstanding. ``on_complete`` and ``on_error`` become
     ``on_completed`` and ``on_error``; disposing cancels the subscription. Items are
     emitted on the publisher's threads; use ``observe_on`` to move them.
 
