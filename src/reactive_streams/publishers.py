@@ -176,9 +176,18 @@ class AsyncIterablePublisher(Publisher[T], Generic[T]):
         As for :class:`IterablePublisher`: a factory serves every subscriber; a one-shot
         async iterator serves the first.
     loop : asyncio.AbstractEventLoop, optional
-        A running loop to use (it must be running on some thread). If omitted the
-        publisher runs its own loop on a background thread while it has live
+        A loop to use. It may start running after the publisher is made, but it must be
+        running (on some thread) when a subscriber subscribes: otherwise that subscriber
+        gets ``on_subscribe`` and then ``on_error(RuntimeError)`` naming ``loop``. If
+        omitted the publisher runs its own loop on a background thread while it has live
         subscriptions.
+
+    Raises
+    ------
+    TypeError
+        If ``loop`` is given and is not an ``asyncio.AbstractEventLoop``.
+    ValueError
+        If ``loop`` is closed.
 
     Examples
     --------
@@ -199,15 +208,43 @@ class AsyncIterablePublisher(Publisher[T], Generic[T]):
         self._make: Callable[[], AsyncIterable[T]] = _factory(
             async_iterable_or_factory, AsyncIterable, lambda it: aiter(it) is it,
             "AsyncIterablePublisher")
+        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
+            raise TypeError("AsyncIterablePublisher: loop must be an asyncio event loop "
+                            "(asyncio.AbstractEventLoop, e.g. asyncio.get_running_loop()) or "
+                            f"None for a loop of its own, got {type(loop).__name__}")
+        if loop is not None and loop.is_closed():
+            raise ValueError("AsyncIterablePublisher: loop is closed; pass an open event loop "
+                             "that will be running when subscribers subscribe, or None for a "
+                             "loop of its own")
+        self._loop = loop
         self._runner = LoopRunner(loop, name="async-iterable-publisher")
 
     def subscribe(self, subscriber: Subscriber[T]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
+        if self._loop is not None and not self._loop.is_running():
+            # Nothing would ever run on it: fail this subscriber now rather than leave it
+            # waiting for an on_subscribe that never comes.
+            state = "closed" if self._loop.is_closed() else "not running"
+            Emitter(subscriber, _Failed(RuntimeError(
+                f"AsyncIterablePublisher: the event loop given as loop is {state}; it must "
+                "be running (on any thread) when a subscriber subscribes, or pass loop=None "
+                "for a loop of its own"))).start()
+            return
         dispatch = self._runner.acquire()
         source = _AsyncIteratorSource(self._make, self._runner)
         emitter = Emitter(subscriber, source, dispatch)
         source.emitter = emitter
         emitter.start()
+
+
+class _Failed(Source[T]):
+    """A stream that has failed before it began: ``on_error`` right after ``on_subscribe``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self._error = error
+
+    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+        return (), self._error
 
 
 class _AsyncIteratorSource(Source[T]):

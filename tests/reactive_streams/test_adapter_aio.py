@@ -428,6 +428,46 @@ def test_round_trip_on_one_loop() -> None:
     assert asyncio.run(main()) == [ord(c) for c in "reactive"]
 
 
+def test_from_async_iterable_loop_must_be_an_event_loop() -> None:
+    async def one() -> AsyncIterator[int]:
+        yield 1
+
+    with pytest.raises(TypeError, match=r"loop must be an asyncio event loop .*got str"):
+        from_async_iterable(one, loop="the loop")  # type: ignore[arg-type]
+    closed = asyncio.new_event_loop()
+    closed.close()
+    with pytest.raises(ValueError, match="loop is closed"):
+        from_async_iterable(one, loop=closed)
+
+
+def test_from_async_iterable_on_a_loop_not_running_fails_the_subscriber() -> None:
+    async def one() -> AsyncIterator[int]:
+        yield 1
+
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    try:
+        publisher = from_async_iterable(one, loop=loop)  # legitimate: it may run later
+        refused = Recorder(initial=1)
+        publisher.subscribe(refused)  # not running yet: refused now, not left waiting
+        refused.wait_done()
+        [error] = refused.errors
+        assert isinstance(error, RuntimeError)
+        assert "loop is not running" in str(error) and refused.elements == []
+        runner.start()
+        served = Recorder(initial=5)
+        loop.call_soon_threadsafe(publisher.subscribe, served)  # once it runs
+        served.wait_done()
+        assert served.elements == [1] and served.completions == 1
+        served.assert_clean()
+        refused.assert_clean()
+    finally:
+        if runner.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            runner.join(WAIT)
+        loop.close()
+
+
 # -- the package stays free of pyspark and of every adapter library --------------------------
 
 

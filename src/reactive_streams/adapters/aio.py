@@ -329,14 +329,23 @@ def from_async_iterable(
         A factory (an async generator function, say) serves every subscriber afresh; a
         one-shot async iterator serves the first subscriber only.
     loop : asyncio.AbstractEventLoop, optional
-        A running loop to read the iterable on; pass the loop the iterable belongs to
+        The loop to read the iterable on; pass the loop the iterable belongs to
         (``asyncio.get_running_loop()``) when it uses that loop's objects (queues,
-        streams). If omitted, the publisher runs a loop of its own on a thread while it
+        streams). It may start running after this call, but must be running when a
+        subscriber subscribes, or that subscriber gets ``on_error(RuntimeError)`` naming
+        ``loop``. If omitted, the publisher runs a loop of its own on a thread while it
         has live subscriptions.
 
     Returns
     -------
     Publisher
+
+    Raises
+    ------
+    TypeError
+        If ``loop`` is not an asyncio event loop.
+    ValueError
+        If ``loop`` is closed.
 
     Examples
     --------
