@@ -230,6 +230,32 @@ def test_cancelling_a_task_waiting_on_an_iterator_subscriber_cancels_the_subscri
     asyncio.run(main())
 
 
+def test_a_task_cancelled_in_the_loop_body_cancels_through_async_with() -> None:
+    # As documented: outside __anext__ the cancellation does not reach the subscriber;
+    # the async with block it leaves does.
+    record = Recording(IterablePublisher(endless))
+
+    async def main() -> None:
+        body_waits = asyncio.Event()
+
+        async def consume() -> None:
+            async with IteratorSubscriber[int](prefetch=4) as elements:
+                record.subscribe(elements)
+                async for _ in elements:
+                    body_waits.set()
+                    await asyncio.Event().wait()  # the body awaits something else
+
+        task = asyncio.create_task(consume())
+        await body_waits.wait()
+        assert not record.cancelled.is_set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert record.cancelled.is_set()
+
+    asyncio.run(main())
+
+
 def test_a_timeout_on_the_subscriber_cancels_the_subscription() -> None:
     record = Recording(Silent())
 

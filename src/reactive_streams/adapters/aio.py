@@ -47,7 +47,9 @@ class IteratorSubscriber(SerialWorker, Subscriber[T], Generic[T]):
     empty; ``on_error`` is raised from ``__anext__`` after the elements buffered before it,
     once, then the iteration ends. :meth:`cancel`, :meth:`aclose`, leaving an ``async
     with`` block, and cancelling a task waiting in ``__anext__`` all cancel the
-    subscription (§3.7: any number of times) and drop what is buffered.
+    subscription (§3.7: any number of times) and drop what is buffered. A task cancelled
+    while it awaits something else (in the loop body) does not touch the subscriber:
+    iterate inside ``async with`` it so that leaving the block, for any reason, cancels.
 
     Parameters
     ----------
@@ -259,7 +261,10 @@ def iterate(publisher: Publisher[T], prefetch: int = DEFAULT_PREFETCH) -> AsyncG
     An ``on_error`` is raised in the ``async for`` after the elements that came before
     it. Leaving the loop early cancels the subscription: at once with
     ``contextlib.aclosing`` or an explicit ``aclose()``, else when the generator is
-    finalised. Cancelling the task that iterates cancels it too.
+    finalised. Cancelling the task that iterates cancels the subscription at once while
+    the task waits for an element; while the loop body awaits something else, the
+    ``CancelledError`` leaves the loop as any exception does, so the subscription is
+    cancelled as for leaving early (at once inside ``aclosing``).
 
     Parameters
     ----------
