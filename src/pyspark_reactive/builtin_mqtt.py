@@ -19,7 +19,8 @@ from .options import (
     DEFAULT_MAX_RECORDS_PER_TRIGGER,
     MAX_MILLISECONDS,
     OptionError,
-    _optional_int_option,
+    choice_option,
+    optional_int_option,
 )
 
 __all__ = ["DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA", "mqtt_publisher"]
@@ -90,18 +91,18 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         raise OptionError("host", lower.get("host"), "the broker's host name or address; "
                                                      "it is required")
     topic = _topic(lower.get("topic"))
-    port = _optional_int_option(lower, "port", 1, 65535) or 1883
-    qos = _optional_int_option(lower, "qos", 0, 1)
+    port = optional_int_option(lower, "port", 1, 65535) or 1883
+    qos = optional_int_option(lower, "qos", 0, 1)
     client_id = lower.get("clientid", "")
     clean_start = _bool(lower, "cleanStart")
     if clean_start is False and not client_id:
         raise OptionError("cleanStart", lower["cleanstart"],
                           "true, or set clientId: a session can only be resumed by its "
                           "client id")
-    session_expiry = _optional_int_option(lower, "sessionExpiry", 0, 0xFFFFFFFF)
-    receive_maximum = _optional_int_option(lower, "receiveMaximum", 1, 65535)
+    session_expiry = optional_int_option(lower, "sessionExpiry", 0, 0xFFFFFFFF)
+    receive_maximum = optional_int_option(lower, "receiveMaximum", 1, 65535)
     receive_maximum = receive_maximum or DEFAULT_RECEIVE_MAXIMUM
-    per_trigger = _optional_int_option(lower, "maxRecordsPerTrigger", 1)
+    per_trigger = optional_int_option(lower, "maxRecordsPerTrigger", 1)
     per_trigger = per_trigger or DEFAULT_MAX_RECORDS_PER_TRIGGER
     if "wallocation" not in lower and receive_maximum <= 2 * per_trigger and qos != 0:
         raise OptionError(
@@ -110,10 +111,10 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
             f"messages are then acknowledged only once Spark commits their batch, which "
             f"it does when it plans the next, so a smaller window stalls the stream; set "
             f"walLocation or raise receiveMaximum (at most 65535)")
-    keepalive = _optional_int_option(lower, "keepalive", 0, 65535)
-    connect_timeout = _optional_int_option(lower, "connectTimeoutMs", 1, MAX_MILLISECONDS)
-    max_messages = _optional_int_option(lower, "maxMessages", 0)
-    format = _format(lower)
+    keepalive = optional_int_option(lower, "keepalive", 0, 65535)
+    connect_timeout = optional_int_option(lower, "connectTimeoutMs", 1, MAX_MILLISECONDS)
+    max_messages = optional_int_option(lower, "maxMessages", 0)
+    format = choice_option(lower, "format", FORMATS, "message")
     return MqttPublisher(
         host, topic, port=port, qos=1 if qos is None else qos, client_id=client_id,
         clean_start=clean_start, session_expiry=session_expiry,
@@ -130,7 +131,7 @@ def default_schema(options: Mapping[str, str]) -> str:
     """The rows' schema when none is given: :data:`MESSAGE_SCHEMA`; ``format=json`` has
     none (an :class:`OptionError` asks for one)."""
     lower = {str(k).lower(): str(v) for k, v in options.items()}
-    if _format(lower) == "json":
+    if choice_option(lower, "format", FORMATS, "message") == "json":
         raise OptionError("schema", None,
                           "format=json parses each payload into the schema given, so give "
                           "one: .schema('id BIGINT, value DOUBLE'); for the raw messages use "
@@ -191,10 +192,3 @@ def _tls(options: Mapping[str, str]) -> bool | ssl.SSLContext:
         raise OptionError("caCerts", ca_certs,
                           f"a readable PEM file of certificate authorities ({error})") from None
 
-
-def _format(options: Mapping[str, str]) -> str:
-    text = options.get("format", "message")
-    format = text.strip().lower()
-    if format not in FORMATS:
-        raise OptionError("format", text, f"one of {', '.join(FORMATS)} (default message)")
-    return format

@@ -11,7 +11,7 @@ from typing import Any
 
 from reactive_streams import Publisher
 
-from .options import OptionError
+from .options import OptionError, choice_option, optional_int_option
 
 __all__ = ["FORMATS", "rsocket_publisher"]
 
@@ -72,12 +72,15 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     if host is None or not host.strip():
         raise OptionError("host", host, "the RSocket server's host name or address; it is "
                           "required with publisher=rsocket")
-    port = _port(lower.get("port"))
+    port = optional_int_option(lower, "port", 1, 65535)
+    if port is None:
+        raise OptionError("port", None, "an integer from 1 to 65535, the RSocket server's TCP "
+                          "port; it is required with publisher=rsocket")
     route = lower.get("route")
     if route is not None and not route.strip():
         raise OptionError("route", route, "a route name (sent as routing metadata), or no "
                           "route option for none")
-    mime_type, decode = FORMATS[_format(lower)]
+    mime_type, decode = FORMATS[choice_option(lower, "format", FORMATS, "bytes")]
     resume = getattr(options, "resume", None)
     offset = resume.offset if resume is not None else 0
     data = lower.get("data", "").replace("{offset}", str(offset))
@@ -85,29 +88,12 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
                             data_mime_type=mime_type)
 
 
-def _port(text: str | None) -> int:
-    accepted = "an integer from 1 to 65535, the RSocket server's TCP port"
-    if text is None:
-        raise OptionError("port", text, f"{accepted}; it is required with publisher=rsocket")
-    try:
-        port = int(text.strip())
-    except ValueError:
-        raise OptionError("port", text, accepted) from None
-    if not 1 <= port <= 65535:
-        raise OptionError("port", text, accepted)
-    return port
 
-
-def _format(lower: Mapping[str, str]) -> str:
-    name = lower.get("format", "bytes").strip().lower()
-    if name not in FORMATS:
-        raise OptionError("format", lower.get("format"), f"one of {', '.join(FORMATS)}")
-    return name
 
 
 def _default_schema(options: Mapping[str, str]) -> str:
     lower = {k.lower(): v for k, v in options.items()}
-    name = _format(lower)
+    name = choice_option(lower, "format", FORMATS, "bytes")
     if name == "json":
         raise OptionError("schema", None, "a schema with format=json, which parses each "
                           "payload into it: .schema('id BIGINT, name STRING') or the schema "

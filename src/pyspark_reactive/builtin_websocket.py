@@ -12,7 +12,7 @@ from typing import Any
 from reactive_streams import Publisher
 from reactive_streams.adapters.websocket import FORMATS, WebSocketPublisher, url_problem
 
-from .options import MAX_MILLISECONDS, OptionError, _optional_int_option
+from .options import MAX_MILLISECONDS, OptionError, choice_option, optional_int_option
 
 __all__ = ["DEFAULT_OPEN_TIMEOUT_MS", "websocket_publisher"]
 
@@ -73,11 +73,11 @@ isn't a valid URI: scheme isn't ws or wss)
     """
     lower = {str(k).lower(): str(v) for k, v in options.items()}
     url = _url(lower.get("url"))
-    format = _format(lower)
+    format = choice_option(lower, "format", FORMATS, "text")
     headers = _headers(lower.get("headers"))
-    open_timeout = _optional_int_option(lower, "openTimeoutMs", 1, MAX_MILLISECONDS)
-    receive_buffer = _optional_int_option(lower, "receiveBufferBytes", 1, 2**31 - 1)
-    max_message = _optional_int_option(lower, "maxMessageBytes", 1, 2**63 - 1)
+    open_timeout = optional_int_option(lower, "openTimeoutMs", 1, MAX_MILLISECONDS)
+    receive_buffer = optional_int_option(lower, "receiveBufferBytes", 1, 2**31 - 1)
+    max_message = optional_int_option(lower, "maxMessageBytes", 1, 2**63 - 1)
     return WebSocketPublisher(
         url, format=format, headers=headers,
         open_timeout=(open_timeout or DEFAULT_OPEN_TIMEOUT_MS) / 1000,
@@ -90,7 +90,7 @@ def default_schema(options: Mapping[str, str]) -> str:
     ``value BINARY`` for ``bytes``; ``json`` has none (an :class:`OptionError` asks for
     one)."""
     lower = {str(k).lower(): str(v) for k, v in options.items()}
-    format = _format(lower)
+    format = choice_option(lower, "format", FORMATS, "text")
     if format == "json":
         raise OptionError("schema", None,
                           "format=json parses each message into the schema given, so give "
@@ -113,12 +113,6 @@ def _url(url: str | None) -> str:
     return url.strip()
 
 
-def _format(options: Mapping[str, str]) -> str:
-    text = options.get("format", "text")
-    format = text.strip().lower()
-    if format not in FORMATS:
-        raise OptionError("format", text, f"one of {', '.join(FORMATS)} (default text)")
-    return format
 
 
 def _headers(text: str | None) -> dict[str, str] | None:

@@ -12,7 +12,7 @@ import importlib
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,8 @@ __all__ = [
     "CaseInsensitiveOptions",
     "OptionError",
     "SourceOptions",
+    "choice_option",
+    "optional_int_option",
     "parse_source_options",
     "resolve_factory",
     "warn_unknown_options",
@@ -229,7 +231,7 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
 
     max_records = _int_option(lower, "maxRecordsPerTrigger", DEFAULT_MAX_RECORDS_PER_TRIGGER, 1)
     fill_wait = _int_option(lower, "fillWaitMs", DEFAULT_FILL_WAIT_MS, 0, MAX_MILLISECONDS)
-    partitions = _optional_int_option(lower, "numPartitions", 1)
+    partitions = optional_int_option(lower, "numPartitions", 1)
     available_now = _int_option(
         lower, "availableNowMaxRecords",
         min(MAX_COUNT, AVAILABLE_NOW_DEFAULT_BATCHES * max_records), 0)
@@ -312,14 +314,22 @@ def _accepted(minimum: int, maximum: int) -> str:
 
 def _int_option(options: Mapping[str, str], name: str, default: int, minimum: int,
                 maximum: int = MAX_COUNT) -> int:
-    value = _optional_int_option(options, name, minimum, maximum)
+    value = optional_int_option(options, name, minimum, maximum)
     return default if value is None else value
 
 
-def _optional_int_option(options: Mapping[str, str], name: str, minimum: int,
-                         maximum: int = MAX_COUNT) -> int | None:
-    """The option as an int; digits only (with a sign, and spaces around), as Spark's own
-    integer options take them: not ``2.5``, ``1e6``, ``1_000`` or ``0x10``."""
+def optional_int_option(options: Mapping[str, str], name: str, minimum: int,
+                        maximum: int = MAX_COUNT) -> int | None:
+    """The option as an int, or ``None`` when it is not given; digits only (with a sign,
+    and spaces around), as Spark's own integer options take them: not ``2.5``, ``1e6``,
+    ``1_000`` or ``0x10``. ``options`` is keyed by lower-cased names (or
+    case-insensitive); the built-in publishers use it for their options too.
+
+    Raises
+    ------
+    OptionError
+        For a value that is not a whole number from ``minimum`` to ``maximum``.
+    """
     text = options.get(name.lower())
     if text is None:
         return None
@@ -339,6 +349,38 @@ def _optional_int_option(options: Mapping[str, str], name: str, minimum: int,
         raise OptionError(name, text, f"{accepted}; {value} is below {minimum}")
     if value > maximum:
         raise OptionError(name, text, f"{accepted}; it is above {maximum}")
+    return value
+
+
+def choice_option(options: Mapping[str, str], name: str, choices: Iterable[str],
+                  default: str) -> str:
+    """The option as one of ``choices`` (lower-case names; the value compares
+    case-insensitively, spaces around ignored), ``default`` when it is not given.
+
+    Raises
+    ------
+    OptionError
+        For any other value, naming the choices and the default.
+
+    Examples
+    --------
+    >>> choice_option({"format": " JSON"}, "format", ("text", "json"), "text")
+    'json'
+    >>> choice_option({}, "format", ("text", "json"), "text")
+    'text'
+    >>> choice_option({"format": "xml"}, "format", ("text", "json"),
+    ...               "text")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pyspark_reactive.options.OptionError: ... format='xml' ...: one of text, json (default text)
+    """
+    allowed = tuple(choices)
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    value = text.strip().lower()
+    if value not in allowed:
+        raise OptionError(name, text, f"one of {', '.join(allowed)} (default {default})")
     return value
 
 
