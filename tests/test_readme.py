@@ -37,8 +37,9 @@ def test_spark_examples_run_in_one_session() -> None:
     # In README order, in one process: the first defines `spark`, the others use it.
     blocks = [b for b in BLOCKS if _uses_spark(b) and not _connect(b)]
     assert blocks and "local_session()" in blocks[0]
+    # One Spark session runs every query of the README (the adapters' examples too).
     result = subprocess.run([sys.executable, "-c", "\n".join(blocks)], capture_output=True,
-                            text=True, timeout=240)
+                            text=True, timeout=480)
     assert result.returncode == 0, result.stderr[-3000:]
     # The source example printed the rows its availableNow query read, the sink example
     # the sum of the squares of 0..99 that its subscriber received.
