@@ -7,7 +7,10 @@ its pid. Each test uses topics and client ids of its own.
 
 from __future__ import annotations
 
+import os
 import re
+import resource
+import socket
 import ssl
 import threading
 import time
@@ -17,7 +20,7 @@ from typing import Any
 
 import mosquitto
 import pytest
-from rs_support import Recorder
+from rs_support import Recorder, wait_until
 
 from reactive_streams import Publisher, collect
 from reactive_streams.adapters.mqtt import MqttError, MqttMessage, MqttPublisher
@@ -45,13 +48,25 @@ def _subscribed(publisher: MqttPublisher[Any], recorder: Recorder) -> None:
     assert publisher.wait_subscribed(10), f"no SUBACK; errors {recorder.errors}"
 
 
-def _wait(condition: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+def _received(publisher: MqttPublisher[Any], count: int) -> None:
+    # No event reports a message read and held (it is not yet signalled): poll.
+    wait_until(lambda: publisher.received >= count, 10, f"{count} messages read "
+               f"(read {publisher.received})")
+
+
+def _ended(publisher: MqttPublisher[Any], timeout: float = 5.0) -> None:
+    """The latest subscription's network thread has ended (joined, not polled)."""
+    session = publisher._latest
+    assert session is not None
+    session._thread.join(timeout)
+    assert not session._thread.is_alive(), f"the network thread still runs after {timeout} s"
+
+
+#: How long a test watches for messages that must not be read. No event can say "nothing
+#: more will come": the socket holds unread messages (the broker sent them all before
+#: publish() returned), and a network loop that read beyond its bound would read them
+#: within a turn (milliseconds), so this is many turns.
+NOTHING_MORE_S = 0.3
 
 
 class TestMqttPublisherTck(PublisherVerification[MqttMessage]):
@@ -96,14 +111,14 @@ def test_reads_at_most_receive_maximum_beyond_demand_qos1(broker: mosquitto.Brok
     mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(200)])
     recorder.wait_for_elements(5)
     # The publisher fills its room of 10 beyond the demand of 5, then stops reading.
-    assert _wait(lambda: publisher.received >= 15), publisher.received
-    time.sleep(0.5)  # watching for more than the bound: nothing may arrive
+    _received(publisher, 15)
+    time.sleep(NOTHING_MORE_S)  # watching for more than the bound: nothing may arrive
     assert publisher.received == 15, f"read {publisher.received} for a demand of 5 + 10"
     assert len(recorder.elements) == 5
     recorder.request(50)
     recorder.wait_for_elements(55)
-    assert _wait(lambda: publisher.received >= 65)
-    time.sleep(0.3)
+    _received(publisher, 65)
+    time.sleep(NOTHING_MORE_S)
     assert publisher.received == 65, f"read {publisher.received} for a demand of 55 + 10"
     recorder.request(1000)
     recorder.wait_for_elements(200)
@@ -120,8 +135,8 @@ def test_qos0_meets_tcp_backpressure(broker: mosquitto.Broker) -> None:
     _subscribed(publisher, recorder)
     mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(2000)], qos=0)
     recorder.wait_for_elements(5)
-    assert _wait(lambda: publisher.received >= 15)
-    time.sleep(0.5)
+    _received(publisher, 15)
+    time.sleep(NOTHING_MORE_S)
     # The rest waits in the broker or the sockets' buffers, not in the publisher.
     assert publisher.received == 15
     recorder.request(10_000)
@@ -140,8 +155,8 @@ def test_a_pause_longer_than_keepalive_keeps_the_connection(broker: mosquitto.Br
     recorder = Recorder(initial=1)
     _subscribed(publisher, recorder)
     mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(20)])
-    assert _wait(lambda: publisher.received >= 3)
-    time.sleep(2.5)  # a pause of 2.5 keepalives, with nothing to read
+    _received(publisher, 3)
+    time.sleep(2.5)  # the pause under test: 2.5 keepalives with reading paused
     assert publisher.received == 3 and not recorder.errors, recorder.errors
     recorder.request(19)
     recorder.wait_for_elements(20)
@@ -161,7 +176,7 @@ def test_tls_with_the_broker_s_certificate_authority(tmp_path: Any) -> None:
         _subscribed(publisher, recorder)
         mosquitto.publish(own.host, own.port, topic, [b"%d" % i for i in range(300)])
         recorder.wait_for_elements(3)
-        assert _wait(lambda: publisher.received >= 8)
+        _received(publisher, 8)
         assert publisher.received == 8  # the bound holds over TLS too
         recorder.request(297)
         recorder.wait_for_elements(300)
@@ -186,9 +201,9 @@ def test_a_persistent_session_redelivers_what_was_not_signalled(
     _subscribed(first, recorder)
     mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(10)])
     recorder.wait_for_elements(3)
-    assert _wait(lambda: first.received >= 8)  # 3 signalled (acknowledged), 5 held
+    _received(first, 8)  # 3 signalled (acknowledged), 5 held
     recorder.cancel()
-    assert _wait(lambda: first._latest is not None and not first._latest._thread.is_alive())
+    _ended(first)
 
     again = collect(_session(broker, topic, client_id, max_messages=7), timeout=20)
     assert [m.payload for m in again] == [str(i).encode() for i in range(3, 10)]
@@ -218,7 +233,8 @@ def test_on_durable_acknowledges_exactly_the_first_count(broker: mosquitto.Broke
     assert [m.payload for m in recorder.elements] == payloads[2:5]
     recorder.cancel()
     session = second._latest
-    assert session is not None and _wait(lambda: session._closing)
+    assert session is not None
+    wait_until(lambda: session._closing, 10, "the cancel reached the session")
     # As the reactive source does: the last on_durable comes after cancel; its
     # acknowledgements go out and the client disconnects before it returns.
     began = time.monotonic()
@@ -227,6 +243,152 @@ def test_on_durable_acknowledges_exactly_the_first_count(broker: mosquitto.Broke
 
     again = collect(_session(broker, topic, client_id, max_messages=5), timeout=20)
     assert [m.payload for m in again] == payloads[5:]
+
+
+class _DurableInOnNext(Recorder):
+    """Says each element durable from inside its on_next, as the reactive source's log
+    thread may (it runs as soon as the element is in the source's buffer, before on_next
+    returns) and, like it, never repeats a count."""
+
+    def __init__(self, publisher: MqttPublisher[Any], initial: int) -> None:
+        super().__init__(initial)
+        self.publisher = publisher
+
+    def handle(self, element: Any) -> None:
+        self.publisher.on_durable(len(self.elements))
+
+
+def test_on_durable_before_on_next_returns_still_acknowledges(
+        broker: mosquitto.Broker) -> None:
+    topic, client_id = _topic("early"), f"early-{uuid.uuid4().hex[:8]}"
+    first = _session(broker, topic, client_id, acknowledge="on_durable", linger=30)
+    recorder = _DurableInOnNext(first, initial=10)
+    _subscribed(first, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(10)])
+    recorder.wait_for_elements(10)
+    recorder.cancel()
+    # Every element was durable, so none waits: the client disconnects at once, not
+    # after the linger of 30 s, and the session redelivers nothing.
+    _ended(first, timeout=5)
+    mosquitto.publish(broker.host, broker.port, topic, [b"marker"])
+    again = collect(_session(broker, topic, client_id, max_messages=1), timeout=20)
+    assert [m.payload for m in again] == [b"marker"]
+
+
+class _Paced(Recorder):
+    """Once ``pace`` is set, asks for one element more that many seconds after each."""
+
+    pace: float | None = None
+
+    def handle(self, element: Any) -> None:
+        pace = self.pace
+        if pace is not None:
+            time.sleep(pace)  # the slow subscriber under test
+            self.request(1)
+
+
+def test_slow_reading_after_a_pause_keeps_the_connection(broker: mosquitto.Broker) -> None:
+    # keepalive=1. A pause of reading longer than keepalive/2 sends the client's own
+    # PINGREQ; the broker writes its PINGRESP behind the messages already on the way, and
+    # reading those at 10 a second takes longer than a keepalive. paho closes a
+    # connection whose PINGRESP is a keepalive late ("Keep alive timeout"), unless the
+    # messages read meanwhile count as the broker's sign of life.
+    topic = _topic("slow")
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        broker.host, topic, port=broker.port, keepalive=1, receive_maximum=100,
+        max_buffered=2)
+    recorder = _Paced(initial=2)
+    _subscribed(publisher, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(100)])
+    recorder.wait_for_elements(2)
+    _received(publisher, 4)
+    time.sleep(0.75)  # the pause under test: 0.75 keepalive with reading paused
+    recorder.pace = 0.1
+    recorder.request(1)
+    recorder.wait_for_elements(2 + 25, timeout=20)  # 2.5 s of slow reading
+    assert not recorder.errors, recorder.errors
+    recorder.pace = None
+    recorder.request(100)
+    recorder.wait_for_elements(100)
+    assert [m.payload for m in recorder.elements] == [str(i).encode() for i in range(100)]
+    recorder.cancel()
+    assert not recorder.errors and not recorder.violations
+
+
+def test_descriptors_beyond_1024(broker: mosquitto.Broker) -> None:
+    # select.select refuses descriptors >= 1024 (FD_SETSIZE), which a process holding
+    # many files or sockets (a Spark driver) hands out. Hold every free descriptor below
+    # 1024 while the publisher makes its sockets, so they get higher ones.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))
+    topic = _topic("fds")
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(broker.host, topic,
+                                                          port=broker.port)
+    recorder = Recorder(initial=10)
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1023:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        publisher.subscribe(recorder)
+        assert publisher.wait_subscribed(10), f"no SUBACK; errors {recorder.errors}"
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    session = publisher._latest
+    assert session is not None and session._wake_r.fileno() >= 1024
+    mosquitto.publish(broker.host, broker.port, topic, [str(i) for i in range(10)])
+    recorder.wait_for_elements(10)
+    recorder.cancel()
+    assert not recorder.errors
+
+
+def _read_packet(conn: socket.socket) -> tuple[int, bytes]:
+    """One MQTT control packet: its first byte and its body."""
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = conn.recv(n - len(data))
+            assert chunk, "the client closed the connection"
+            data += chunk
+        return data
+
+    first = exactly(1)[0]
+    length, shift = 0, 0
+    while True:
+        byte = exactly(1)[0]
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return first, exactly(length)
+
+
+def test_connect_carries_receive_maximum_and_the_session() -> None:
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    # A listener that is not a broker: it reads the CONNECT and closes.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+            "127.0.0.1", "t", port=server.getsockname()[1], client_id="rm-check",
+            receive_maximum=321, session_expiry=77, keepalive=9)
+        recorder = Recorder()
+        publisher.subscribe(recorder)
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(10)
+            first, body = _read_packet(conn)
+    assert first >> 4 == 1, f"packet type {first >> 4}, not CONNECT"
+    assert body[:7] == b"\x00\x04MQTT\x05", body[:7]  # MQTT 5
+    flags, keepalive = body[7], int.from_bytes(body[8:10], "big")
+    assert not flags & 0x02 and keepalive == 9  # clean start off: resume the session
+    properties, _ = Properties(PacketTypes.CONNECT).unpack(body[10:])
+    assert properties.ReceiveMaximum == 321
+    assert properties.SessionExpiryInterval == 77
+    recorder.wait_done()
+    assert recorder.errors and "127.0.0.1" in str(recorder.errors[0])
 
 
 def test_retained_messages_and_the_message_record(broker: mosquitto.Broker) -> None:
@@ -284,6 +446,12 @@ def test_a_lost_connection_fails_the_stream(tmp_path: Any) -> None:
     ({"port": 70000}, "port 70000"),
     ({"acknowledge": "later"}, "'on_next' or 'on_durable'"),
     ({"tls": "yes"}, "True, False or an ssl.SSLContext"),
+    ({"decode": "json"}, "decode 'json': a callable taking an MqttMessage"),
+    ({"linger": True}, "linger True: a number of seconds"),
+    ({"connect_timeout": True}, "connect_timeout True: a positive number of seconds"),
+    ({"username": 42}, "username 42: a string or None"),
+    ({"username": "u", "password": b"p"}, "password: a string or None is accepted, not bytes"),
+    ({"password": "p"}, "password: accepted only with a username"),
 ])
 def test_parameters_are_checked(options: dict[str, Any], message: str) -> None:
     arguments: dict[str, Any] = {"topic": "t", **options}
@@ -296,8 +464,12 @@ def test_subscribe_returns_before_connecting() -> None:
     publisher: MqttPublisher[MqttMessage] = MqttPublisher(
         "127.0.0.1", "t", port=mosquitto.free_port())
     recorder = Recorder()
+    before = set(threading.enumerate())
     began = time.monotonic()
     publisher.subscribe(recorder)
     assert time.monotonic() - began < 0.5
     assert recorder.done.wait(10) and recorder.errors
-    assert threading.active_count() < 50
+    # The publisher's own threads (the network loop, the signalling thread) end with it.
+    wait_until(lambda: not set(threading.enumerate()) - before, 5,
+               f"the publisher's threads end: "
+               f"{[t.name for t in set(threading.enumerate()) - before]}")

@@ -12,7 +12,7 @@ session redelivers whatever was not. Needs paho-mqtt (extra ``mqtt``).
 from __future__ import annotations
 
 import logging
-import select
+import selectors
 import socket
 import ssl
 import threading
@@ -119,7 +119,12 @@ class MqttPublisher(Publisher[T], Generic[T]):
     broker that honours it has no more than that many unacknowledged messages on the way.
     Beyond the subscription's own count, the operating system's socket buffers may hold
     what the broker already wrote. While reading is paused the client still sends the
-    broker PINGREQs, so the connection stays up however long demand takes.
+    broker PINGREQs, so the connection stays up however long demand takes; their answers
+    wait behind the unread messages, so while messages keep arriving the client takes
+    them as the sign of a live broker instead. A broker that stops answering is noticed
+    by paho's keepalive check once there is nothing left to read (within two
+    ``keepalive``), and, while reading is paused, only when TCP reports the connection
+    broken (a PINGREQ cannot be written).
 
     **Acknowledgement.** ``acknowledge="on_next"``: a QoS 1 message is acknowledged
     (PUBACK) as soon as ``on_next`` returns. ``"on_durable"``: only when
@@ -150,6 +155,7 @@ class MqttPublisher(Publisher[T], Generic[T]):
         Seconds the broker keeps the session after a disconnect. Default: 0 without a
         ``client_id``, 86400 (a day) with one. ``0xFFFFFFFF`` never expires.
     username, password : str, optional
+        A ``password`` needs a ``username``.
     tls : bool or ssl.SSLContext
         True: TLS with the system's certificate authorities and host name checking;
         an ``ssl.SSLContext``: TLS with that context. Default False (plain TCP).
@@ -228,11 +234,23 @@ class MqttPublisher(Publisher[T], Generic[T]):
         buffered = receive_maximum if max_buffered is None else max_buffered
         _check_int("max_buffered", buffered, 1, 2**63 - 1)
         _check_int("keepalive", keepalive, 0, 65535)
-        if not (isinstance(linger, (int, float)) and linger >= 0):
+        if not (_is_number(linger) and linger >= 0):
             raise ValueError(f"linger {linger!r}: a number of seconds >= 0 is needed")
-        if not (isinstance(connect_timeout, (int, float)) and connect_timeout > 0):
+        if not (_is_number(connect_timeout) and connect_timeout > 0):
             raise ValueError(f"connect_timeout {connect_timeout!r}: a positive number of "
                              f"seconds is needed")
+        if username is not None and not isinstance(username, str):
+            raise ValueError(f"username {username!r}: a string or None is accepted")
+        if password is not None and not isinstance(password, str):
+            raise ValueError("password: a string or None is accepted, not "
+                             f"{type(password).__name__}")
+        if password is not None and username is None:
+            # MQTT sends a password only with a user name: it would be dropped unseen.
+            raise ValueError("password: accepted only with a username (MQTT sends no "
+                             "password without one)")
+        if decode is not None and not callable(decode):
+            raise ValueError(f"decode {decode!r}: a callable taking an MqttMessage, or None, "
+                             f"is accepted")
         if max_messages is not None:
             _check_int("max_messages", max_messages, 0, 2**63 - 1)
         if acknowledge not in ("on_next", "on_durable"):
@@ -297,6 +315,10 @@ class MqttPublisher(Publisher[T], Generic[T]):
             session.durable(count)
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_int(name: str, value: object, low: int, high: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ValueError(f"{name} {value!r}: an integer from {low} to {high} is accepted")
@@ -342,6 +364,7 @@ class _Session(Source[T], Generic[T]):
         self._awaiting: deque[tuple[int, int]] = deque()  # (sequence, mid) signalled, QoS 1
         self._acks: deque[int] = deque()  # mids for the network thread to acknowledge
         self._signalled = 0  # elements signalled (the sequence of on_durable)
+        self._durable = 0  # the highest count on_durable was told
         self.received = 0  # messages read from the broker
         self.subscribed = threading.Event()  # SUBACK arrived, or the stream failed
         self.granted = False  # the SUBACK granted the subscription
@@ -419,7 +442,10 @@ class _Session(Source[T], Generic[T]):
             qos, mid = self._taking.popleft()
             self._signalled += 1
             if qos > 0:
-                if self.p.acknowledge == "on_next":
+                # With on_durable: the source may have said this element is durable
+                # already (its log's thread can run while on_next is still under way)
+                # and never repeats a count, so a covered element is acknowledged now.
+                if self.p.acknowledge == "on_next" or self._signalled <= self._durable:
                     self._acks.append(mid)
                     wake = True
                 else:
@@ -442,6 +468,7 @@ class _Session(Source[T], Generic[T]):
 
     def durable(self, count: int) -> None:
         with self._lock:
+            self._durable = max(self._durable, count)
             while self._awaiting and self._awaiting[0][0] <= count:
                 self._acks.append(self._awaiting.popleft()[1])
             closing = self._closing
@@ -584,11 +611,19 @@ class _Session(Source[T], Generic[T]):
         return client
 
     def _loop(self, client: Any) -> None:
+        # selectors, not select.select: that refuses descriptors >= 1024, which a process
+        # holding many files or sockets (a Spark driver) hands out.
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            self._turns(client, selector)
+
+    def _turns(self, client: Any, selector: selectors.BaseSelector) -> None:
         from paho.mqtt.enums import MQTTErrorCode
 
         p = self.p
         deadline = time.monotonic() + p.connect_timeout
         last_ping = time.monotonic()
+        watched: tuple[Any, int] = (None, 0)  # the socket registered, and for what
         while True:
             with self._lock:
                 reading = self._room()
@@ -612,21 +647,27 @@ class _Session(Source[T], Generic[T]):
                 self._fail(MqttError(f"mqtt {p.address}: the connection was lost"))
                 return
             pending = reading and getattr(sock, "pending", lambda: 0)() > 0
-            rlist: list[Any] = [self._wake_r, sock] if reading else [self._wake_r]
-            wlist = [sock] if client.want_write() else []
-            try:
-                readable, _, _ = select.select(rlist, wlist, [], 0 if pending else _TICK)
-            except (OSError, ValueError):
-                readable = []
-            if self._wake_r in readable:
-                try:
-                    while self._wake_r.recv(4096):
+            events = ((selectors.EVENT_READ if reading else 0)
+                      | (selectors.EVENT_WRITE if client.want_write() else 0))
+            watched = _watch(selector, watched, sock, events)
+            # An error here is not "nothing to read": it fails the stream (in _run).
+            ready = selector.select(0 if pending else _TICK)
+            readable = False
+            for key, mask in ready:
+                if key.fileobj is self._wake_r:
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except (BlockingIOError, OSError):
                         pass
-                except (BlockingIOError, OSError):
-                    pass
+                elif mask & selectors.EVENT_READ:
+                    readable = True
             rc = MQTTErrorCode.MQTT_ERR_SUCCESS
-            if reading and (pending or sock in readable):
+            if reading and (pending or readable):
+                before = self.received  # written on this thread only (on_message)
                 rc = self._read_burst(client)
+                if self.received != before:
+                    _ping_answered(client)
             if rc == MQTTErrorCode.MQTT_ERR_SUCCESS and client.want_write():
                 rc = client.loop_write()
             if rc == MQTTErrorCode.MQTT_ERR_SUCCESS:
@@ -637,7 +678,8 @@ class _Session(Source[T], Generic[T]):
                 elif p.keepalive and time.monotonic() - last_ping >= p.keepalive / 2:
                     # Paused: paho's keepalive check would close the connection for
                     # want of reading, so ping the broker ourselves (paho has no public
-                    # call for a PINGREQ).
+                    # call for a PINGREQ), which keeps the broker from closing it. The
+                    # PINGRESP waits behind what we do not read; see _ping_answered.
                     send_ping = getattr(client, "_send_pingreq", None)
                     rc = send_ping() if send_ping is not None else client.loop_misc()
                     last_ping = time.monotonic()
@@ -677,10 +719,40 @@ class _Session(Source[T], Generic[T]):
             if time.monotonic() > deadline:
                 break
             try:
-                select.select([], [client.socket()], [], 0.1)
-            except (OSError, ValueError, TypeError):
-                break
+                with selectors.DefaultSelector() as selector:
+                    selector.register(client.socket(), selectors.EVENT_WRITE)
+                    selector.select(0.1)
+            except (OSError, ValueError):
+                break  # the socket is gone: nothing more can be written
             client.loop_write()
+
+
+def _ping_answered(client: Any) -> None:
+    """Messages were just read: the broker is alive, so stop waiting for a PINGRESP.
+
+    paho closes the connection when a PINGRESP has not come within ``keepalive`` of its
+    PINGREQ. After reading was paused, the PINGRESP sits behind every message the broker
+    wrote meanwhile, and a slow subscriber may take longer than ``keepalive`` to read up
+    to it; messages arriving meanwhile prove the connection live, as a PINGRESP would.
+    A broker that stops sending is still found: with nothing to read, paho pings again
+    after ``keepalive`` and closes if no answer comes within another.
+    """
+    if getattr(client, "_ping_t", 0):
+        client._ping_t = 0  # paho 2.x (pinned < 3): the time of the unanswered PINGREQ
+
+
+def _watch(selector: selectors.BaseSelector, watched: tuple[Any, int], sock: Any,
+           events: int) -> tuple[Any, int]:
+    """Register ``sock`` with ``selector`` for ``events`` (none: unregister it); return
+    what is registered now."""
+    old_sock, old_events = watched
+    if old_sock is sock and old_events == events:
+        return watched
+    if old_sock is not None and old_events:
+        selector.unregister(old_sock)
+    if events:
+        selector.register(sock, events)
+    return sock, events
 
 
 def _close_gracefully(sock: Any, timeout: float = 2.0) -> None:
@@ -693,15 +765,19 @@ def _close_gracefully(sock: Any, timeout: float = 2.0) -> None:
     except (OSError, ValueError):
         return
     deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
+    with selectors.DefaultSelector() as selector:
         try:
-            readable, _, _ = select.select([sock], [], [], left)
-            if not readable or not sock.recv(65536):
-                return
-        except (BlockingIOError, ssl.SSLWantReadError):
-            continue
+            selector.register(sock, selectors.EVENT_READ)
         except (OSError, ValueError):
             return
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                if not selector.select(left) or not sock.recv(65536):
+                    return
+            except (BlockingIOError, ssl.SSLWantReadError):
+                continue
+            except (OSError, ValueError):
+                return
 
 
 def _error_string(rc: Any) -> str:
