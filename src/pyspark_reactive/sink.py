@@ -573,6 +573,7 @@ class ForeachBatchPublisher(Publisher[Any]):
 
     def _chunks(self, batch: DataFrame) -> Iterator[Sequence[Any]]:
         names = batch.columns or None
+        _check_arrow_carries(batch.schema)
         blobs = batch.mapInArrow(_arrow_to_ipc, "ipc BINARY").rdd
         context = batch.sparkSession.sparkContext
         # One job per partition, so the driver holds one partition at a time. Not
@@ -598,13 +599,42 @@ class _Unreachable:
         raise SparkConnectNotSupported(self.message)
 
 
+def _check_arrow_carries(schema: Any) -> None:
+    """Refuse, naming the column, a type that the batch's way to the driver (Spark's
+    ``mapInArrow``) cannot carry: PySpark's Arrow path fails on year-month intervals with
+    a bare ``KeyError`` from deep inside pyarrow."""
+    from pyspark.sql.types import ArrayType, MapType, StructType, YearMonthIntervalType
+
+    def carries(data_type: Any) -> bool:
+        if isinstance(data_type, YearMonthIntervalType):
+            return False
+        if isinstance(data_type, ArrayType):
+            return carries(data_type.elementType)
+        if isinstance(data_type, MapType):
+            return carries(data_type.keyType) and carries(data_type.valueType)
+        if isinstance(data_type, StructType):
+            return all(carries(field.dataType) for field in data_type.fields)
+        return True
+
+    for field in schema.fields:
+        if not carries(field.dataType):
+            raise TypeError(
+                f"ForeachBatchPublisher: column {field.name!r} is (or holds) "
+                f"{field.dataType.simpleString()}, a year-month interval, which PySpark's "
+                "Arrow path cannot carry to the driver; select it as months "
+                "(CAST(col AS INT) on an INTERVAL MONTH) or as a STRING first")
+
+
 def _elements(piece: pa.RecordBatch, element: str, names: list[str] | None) -> Sequence[Any]:
+    # Maps become dicts, as Spark's own collect() gives them (pyarrow's default is a list
+    # of key-value pairs).
     if element == "arrow":
         return [piece]
     if element == "dict":
-        rows: list[Any] = piece.to_pylist()
+        rows: list[Any] = piece.to_pylist(maps_as_pydicts="lossy")
         return rows
-    tuples = list(zip(*(column.to_pylist() for column in piece.columns), strict=True))
+    tuples = list(zip(*(column.to_pylist(maps_as_pydicts="lossy")
+                        for column in piece.columns), strict=True))
     if element == "tuple" or names is None:
         return tuples
     # Rows are made by the million here: a Row subclass that carries the field names on

@@ -194,6 +194,36 @@ def test_batches_leave_nothing_behind_in_the_jvm(spark: SparkSession) -> None:
     assert heap() - before < 2 * 26 * 2**20, (heap() - before) / 2**20
 
 
+def test_maps_arrive_as_dicts_as_collect_gives_them(spark: SparkSession,
+                                                   tmp_path: Path) -> None:
+    df = (reactive(spark, publisher="range", count=3).load()
+          .selectExpr("value", "map('k', value, 'twice', value * 2) AS m",
+                      "array(map(1, 'one')) AS nested"))
+    for element in ("row", "tuple", "dict"):
+        publisher = publish(df, element=element,
+                            checkpointLocation=tmp_path / f"checkpoint-{element}")
+        subscriber = Checked(10)
+        publisher.subscribe(subscriber)
+        subscriber.wait_for(3)
+        publisher.query.stop()
+        got = [tuple(e.values()) if element == "dict" else tuple(e)
+               for e in subscriber.elements]
+        assert sorted(got) == [(v, {"k": v, "twice": 2 * v}, [{1: "one"}]) for v in range(3)]
+
+
+def test_a_year_month_interval_column_fails_the_batch_naming_it(spark: SparkSession,
+                                                                tmp_path: Path) -> None:
+    df = (reactive(spark, publisher="range", count=3).load()
+          .selectExpr("value", "INTERVAL '1' YEAR AS span"))
+    publisher = publish(df, checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(10)
+    publisher.subscribe(subscriber)
+    assert subscriber.done.wait(120)
+    assert subscriber.error is not None
+    assert "column 'span'" in str(subscriber.error), subscriber.error
+    assert "year-month interval" in str(subscriber.error)
+
+
 def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     df = (reactive(spark, publisher="spark_publishers:failing", count=25,
