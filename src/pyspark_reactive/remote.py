@@ -96,8 +96,10 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
     route : str, optional
         Answer only this route (routing metadata); ``None``: any.
     prefetch : int
-        Rows asked of the publisher ahead of those written to a connection, whatever a
-        client's demand (unbounded demand is served in such steps).
+        Rows asked of the publisher ahead of those written to a client's socket, whatever
+        its demand (unbounded demand is served in such steps). A client that stops
+        reading holds the query back once ``prefetch`` rows and the socket buffers
+        (kernel send and receive buffers, a few MiB on Linux) are full.
 
     Returns
     -------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -270,7 +271,8 @@ class PlainClient:
     ``request_stream(initial)`` then ``request(n)``; every payload's data is kept in
     :attr:`payloads`."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1",
+                 receive_buffer: int | None = None) -> None:
         self.payloads: list[bytes] = []
         self.wake_at = 1  # payloads that wake a waiter (wait_payloads sets it)
         self.completed = False
@@ -278,10 +280,18 @@ class PlainClient:
         self.changed = threading.Condition()
         self._loop = _LoopThread("plain-rsocket-client")
         self._requester: Any = None
-        self._client: RSocketClient = self._loop.run(self._connect(host, port))
+        self._resume = threading.Event()
+        self._client: RSocketClient = self._loop.run(self._connect(host, port, receive_buffer))
 
-    async def _connect(self, host: str, port: int) -> RSocketClient:
-        reader, writer = await asyncio.open_connection(host, port)
+    async def _connect(self, host: str, port: int, receive_buffer: int | None) -> RSocketClient:
+        sock = socket.socket()
+        if receive_buffer is not None:
+            # Before connecting, so that the window offered to the server is that small.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.socket = sock
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        reader, writer = await asyncio.open_connection(sock=sock)
         client = RSocketClient(
             single_transport_provider(TransportTCP(reader, writer, 65536)),
             metadata_encoding=WellKnownMimeTypes.MESSAGE_RSOCKET_COMPOSITE_METADATA)
@@ -301,6 +311,22 @@ class PlainClient:
 
     def request(self, n: int) -> None:
         self._loop.call(lambda: self._requester.request(n))
+
+    def stall(self) -> None:
+        """Block the client's event loop (it stops reading the socket) until :meth:`resume`."""
+        stalled = threading.Event()
+
+        def block() -> None:
+            stalled.set()
+            self._resume.wait(60)
+
+        self._resume.clear()
+        self._loop.call(block)
+        if not stalled.wait(30):
+            raise AssertionError("the client's loop did not stall within 30 s")
+
+    def resume(self) -> None:
+        self._resume.set()
 
     def cancel(self) -> None:
         self._loop.call(lambda: self._requester.cancel())
@@ -330,6 +356,7 @@ class PlainClient:
             return [json.loads(p) for p in self.payloads]
 
     def close(self) -> None:
+        self.resume()
         self._loop.run(self._client.close())
         self._loop.stop()
 

@@ -7,12 +7,20 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rs_support import Recorder
-from rsocket_peer import CountingServer, PlainClient, RecordingRange, numbered
+from rsocket_peer import (
+    CountingServer,
+    PlainClient,
+    RecordingRange,
+    numbered,
+)
 
 from reactive_streams import (
     UNBOUNDED,
@@ -238,6 +246,54 @@ def test_served_unbounded_demand_is_taken_in_prefetch_steps() -> None:
         client.wait_end()
     assert client.payloads == [str(i).encode() for i in range(3000)]
     assert max(local.requests) <= 1000 and sum(local.requests) >= 3000
+
+
+def _socket_allowance(client_socket: socket.socket, size: int) -> int:
+    """Payloads of ``size`` bytes that the kernel may hold between a stalled client and the
+    server once they have left the server's process: the server's send buffer (Linux grows
+    it up to tcp_wmem's maximum), the client's receive buffer, and asyncio's write buffer
+    (64 KiB high-water mark) that a written frame may still sit in."""
+    send_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    receive = client_socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    return -(-(send_max + receive + 65536) // size) + 1
+
+
+def _settled(count: Callable[[], int], window: float = 0.5, timeout: float = 30.0) -> int:
+    """``count()`` once it has not changed for ``window`` seconds. A bound on what is NOT
+    done can only be watched for a while; the window is long against the loopback's
+    microseconds per payload, short against the test's time."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set
+    last = count()
+    while time.monotonic() < deadline:
+        pause.wait(window)
+        now = count()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"still changing after {timeout} s: {last}")
+
+
+def test_served_prefetch_bounds_what_a_stalled_client_leaves_unread() -> None:
+    # The client asks for unbounded demand, then stops reading. What the local publisher
+    # delivered beyond what the client read is the prefetch, plus what the kernel's socket
+    # buffers hold; rsocket-py's (unbounded) send queue must not take the rest.
+    size, prefetch = 65536, 8
+    local = RecordingRange(1000, lambda i: bytes(size))
+    with serve(local, prefetch=prefetch) as service, \
+            PlainClient(service.port, receive_buffer=4 * size) as client:
+        client.request_stream(UNBOUNDED_REQUEST_N)
+        client.wait_payloads(20)
+        client.stall()
+        read = len(client.payloads)
+        delivered = _settled(lambda: local.delivered)
+        allowance = _socket_allowance(client.socket, size)
+        assert delivered <= read + prefetch + allowance, (
+            f"the publisher delivered {delivered} payloads of {size} bytes to a client that "
+            f"read {read}: more than prefetch {prefetch} + {allowance} the sockets hold")
+        client.resume()
+        client.wait_end()
+    assert client.payloads == [bytes(size)] * 1000
 
 
 def test_serve_refuses_another_route_and_reports_errors() -> None:

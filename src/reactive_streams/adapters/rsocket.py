@@ -58,7 +58,9 @@ UNBOUNDED_REQUEST_N: Final[int] = 2**31 - 1
 #: The largest bounded REQUEST_N: larger demand is sent in pieces of at most this many.
 MAX_REQUEST_N: Final[int] = 2**31 - 2
 #: How many payloads a served stream asks its local publisher for ahead of those written
-#: to the connection, whatever the remote demand (bounds the memory of unbounded demand).
+#: to the socket, whatever the remote demand: for each stream, the serving process holds
+#: at most this many payloads (and asyncio's 64 KiB write buffer), however slowly the
+#: client reads; the kernel's socket buffers hold what else is on its way.
 DEFAULT_PREFETCH: Final[int] = 4096
 COMPOSITE_METADATA: Final = _mimetypes.WellKnownMimeTypes.MESSAGE_RSOCKET_COMPOSITE_METADATA
 _READ_BUFFER = 1 << 16
@@ -651,7 +653,11 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     become ``request(n)`` on that subscription, RSocket's unbounded ``2**31 - 1`` becoming
     unbounded demand; a remote CANCEL, or a closed connection, cancels it. Whatever the
     remote demand, the subscription is asked for at most ``prefetch`` elements ahead of
-    those handed to the connection, so unbounded demand is served in steps. ``on_error``
+    those written to the socket (a payload counts once its frame is written, not when it
+    is queued), so unbounded demand is served in steps, and a client that reads slowly
+    holds the publisher back once the socket buffers are full: the process holds at most
+    ``prefetch`` payloads per stream (and asyncio's 64 KiB write buffer); the kernel's
+    send and receive buffers (a few MiB on Linux) hold the rest in flight. ``on_error``
     becomes an ERROR frame (APPLICATION_ERROR) with the error's type and message, and
     ``on_complete`` the stream's COMPLETE.
 
@@ -671,7 +677,8 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
         ``encode(element) -> bytes`` (or an ``rsocket.payload.Payload``). Default: bytes
         as they are, ``str`` as UTF-8; any other element fails the stream, saying so.
     prefetch : int
-        Elements asked of the local publisher ahead of those written (default 4096).
+        Elements asked of the local publisher ahead of those written to the socket
+        (default 4096).
 
     Returns
     -------
@@ -793,7 +800,11 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
         self._asked = 0  # remote demand in total (UNBOUNDED once unbounded)
         self._forwarded = 0  # requested from the local subscription in total
         self._received = 0  # elements the local publisher signalled
-        self._written = 0  # elements handed to the connection
+        self._handed = 0  # elements handed to the connection's send queue
+        # Elements whose PAYLOAD frame is written to the socket (its sent future is done):
+        # rsocket-py's send queue is unbounded, so only these free room under the prefetch.
+        self._written = 0
+        self._refill_scheduled = False
         self._cancel = False
         self._invalid: int | None = None
         self._ready: collections.deque[Any] = collections.deque()
@@ -839,6 +850,7 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
             return False
         with self._lock:
             cancel, invalid, self._invalid = self._cancel, self._invalid, None
+            self._refill_scheduled = False
             n = 0
             if not cancel:
                 room = self._service.prefetch - (self._forwarded - self._written)
@@ -921,22 +933,25 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
         remote = self.remote
         if self._remote_done or remote is None:
             return
-        for index, element in enumerate(elements):
+        for element in elements:
             try:
                 payload = self._service._payload(element)
             except Exception as error:
                 self._remote_done = True
                 remote.on_error(RuntimeError(
-                    f"element #{self._written + index + 1} could not be encoded: "
+                    f"element #{self._handed + 1} could not be encoded: "
                     f"{type(error).__name__}: {error}"))
                 with self._lock:
                     self._cancel = True
                 self._schedule()
                 return
-            remote.on_next(payload)
-        with self._lock:
-            self._written += len(elements)
-            more = self._asked > self._forwarded
+            # The frame is built here rather than by remote.on_next so that its sent
+            # future tells when it is on the socket: that, not the send queue, frees room.
+            frame = _frames.to_payload_frame(remote.stream_id, payload)
+            frame.sent_future = self._loop.create_future()
+            frame.sent_future.add_done_callback(self._sent)
+            remote.socket.send_frame(frame)
+            self._handed += 1
         if terminal is not None:
             self._remote_done = True
             if terminal is COMPLETE:
@@ -944,7 +959,16 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
             else:
                 assert isinstance(terminal, BaseException)
                 remote.on_error(RuntimeError(f"{type(terminal).__name__}: {terminal}"))
-            return
-        if more and elements:
-            self._schedule()  # room for more under the prefetch
+
+    def _sent(self, _future: asyncio.Future[None]) -> None:
+        # A payload reached the socket. Ask for more once half the prefetch is free, so
+        # that requests go to the local subscription in steps, not one per payload.
+        with self._lock:
+            self._written += 1
+            refill = (not self._refill_scheduled and self._asked > self._forwarded
+                      and self._forwarded - self._written <= self._service.prefetch // 2)
+            if refill:
+                self._refill_scheduled = True
+        if refill:
+            self._schedule()
 
