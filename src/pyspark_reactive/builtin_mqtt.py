@@ -7,13 +7,19 @@ source subscribes, in the source runner.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import ssl
 from collections.abc import Mapping
 from typing import Any
 
 from reactive_streams import Publisher
-from reactive_streams.adapters.mqtt import MqttMessage, MqttPublisher, check_topic_filter
+from reactive_streams.adapters.mqtt import (
+    MqttMessage,
+    MqttPublisher,
+    SkipMessage,
+    check_topic_filter,
+)
 
 from .options import (
     DEFAULT_MAX_RECORDS_PER_TRIGGER,
@@ -31,6 +37,7 @@ DEFAULT_RECEIVE_MAXIMUM = 65535
 #: The rows' schema with the default ``format=message``.
 MESSAGE_SCHEMA = "topic STRING, payload BINARY, qos INT, retain BOOLEAN, timestamp TIMESTAMP"
 FORMATS = ("message", "json")
+BAD_PAYLOADS = ("fail", "skip")
 _BOOLEANS = {"true": True, "false": False}
 
 
@@ -57,7 +64,10 @@ def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         (1 to 65535, default 65535), ``keepalive`` (seconds, default 60),
         ``connectTimeoutMs`` (default 10000), ``format`` (``message``, default: the
         columns of :data:`MESSAGE_SCHEMA`; ``json``: each payload parsed as JSON into the
-        schema given), ``maxMessages`` (complete after this many).
+        schema given), ``badPayloads`` (with ``format=json``: ``fail``, default, fails
+        the query at a payload that is not a JSON value other than null; ``skip`` leaves
+        such a message out, acknowledged, with a WARNING in the runner's log),
+        ``maxMessages`` (complete after this many).
 
     Returns
     -------
@@ -68,9 +78,11 @@ def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Raises
     ------
     OptionError
-        For a missing ``host`` or ``topic``, a bad topic filter, ``qos``, boolean, number
-        or ``format``, or a ``receiveMaximum`` that would stall the stream without
-        ``walLocation``.
+        For a missing ``host`` or ``topic``, a bad topic filter, ``qos``, boolean, number,
+        ``format`` or ``badPayloads``, a ``password`` without ``username``, a
+        ``sessionExpiry`` or ``cleanStart=false`` without ``clientId``, or a
+        ``receiveMaximum`` (or ``maxRecordsPerTrigger``) that would stall the stream
+        without ``walLocation``.
     MissingExtraError
         When paho-mqtt is not installed.
 
@@ -100,31 +112,64 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
                           "true, or set clientId: a session can only be resumed by its "
                           "client id")
     session_expiry = optional_int_option(lower, "sessionExpiry", 0, 0xFFFFFFFF)
-    receive_maximum = optional_int_option(lower, "receiveMaximum", 1, 65535)
-    receive_maximum = receive_maximum or DEFAULT_RECEIVE_MAXIMUM
+    if session_expiry and not client_id:
+        # The broker would keep (and queue for) a session nobody can ever resume.
+        raise OptionError("sessionExpiry", lower["sessionexpiry"],
+                          "0, or set clientId: a session can only be resumed by its client "
+                          "id, and without one the broker would keep it for nothing")
+    username, password = lower.get("username"), lower.get("password")
+    if password is not None and username is None:
+        raise OptionError("password", "(hidden)", "a value only with username: MQTT sends "
+                                                  "no password without a user name")
+    given_maximum = optional_int_option(lower, "receiveMaximum", 1, 65535)
+    receive_maximum = given_maximum or DEFAULT_RECEIVE_MAXIMUM
     per_trigger = optional_int_option(lower, "maxRecordsPerTrigger", 1)
     per_trigger = per_trigger or DEFAULT_MAX_RECORDS_PER_TRIGGER
-    if "wallocation" not in lower and receive_maximum <= 2 * per_trigger and qos != 0:
-        raise OptionError(
-            "receiveMaximum", receive_maximum,
-            f"more than 2 x maxRecordsPerTrigger ({2 * per_trigger}) without walLocation: "
-            f"messages are then acknowledged only once Spark commits their batch, which "
-            f"it does when it plans the next, so a smaller window stalls the stream; set "
-            f"walLocation or raise receiveMaximum (at most 65535)")
+    _check_window(lower, qos, given_maximum, receive_maximum, per_trigger)
     keepalive = optional_int_option(lower, "keepalive", 0, 65535)
     connect_timeout = optional_int_option(lower, "connectTimeoutMs", 1, MAX_MILLISECONDS)
     max_messages = optional_int_option(lower, "maxMessages", 0)
     format = choice_option(lower, "format", FORMATS, "message")
+    bad_payloads = choice_option(lower, "badPayloads", BAD_PAYLOADS, "fail")
+    if bad_payloads == "skip" and format != "json":
+        raise OptionError("badPayloads", lower["badpayloads"],
+                          "fail, or skip only with format=json (format=message takes every "
+                          "payload as it is)")
+    decode = (functools.partial(_parse_json, skip=bad_payloads == "skip")
+              if format == "json" else _columns)
     return MqttPublisher(
         host, topic, port=port, qos=1 if qos is None else qos, client_id=client_id,
         clean_start=clean_start, session_expiry=session_expiry,
-        username=lower.get("username"), password=lower.get("password"), tls=_tls(lower),
+        username=username, password=password, tls=_tls(lower),
         receive_maximum=receive_maximum,
         # Beyond the source's demand (maxRecordsPerTrigger), hold at most one batch more.
         max_buffered=min(receive_maximum, per_trigger),
         keepalive=60 if keepalive is None else keepalive,
         connect_timeout=(connect_timeout or 10_000) / 1000, max_messages=max_messages,
-        acknowledge="on_durable", decode=_parse_json if format == "json" else _columns)
+        acknowledge="on_durable", decode=decode)
+
+
+def _check_window(options: Mapping[str, str], qos: int | None, given: int | None,
+                  receive_maximum: int, per_trigger: int) -> None:
+    """Without a log, QoS 1 messages are acknowledged only once Spark commits their batch,
+    which it does when it plans the next: the broker's window must hold the batch Spark
+    works on and a whole next one (with only one, each next batch would be whatever one
+    message fits in beside it)."""
+    if "wallocation" in options or qos == 0 or receive_maximum > 2 * per_trigger:
+        return
+    why = ("without a log, messages are acknowledged only once Spark commits their batch, "
+           "which it does when it plans the next")
+    if given is not None and 2 * per_trigger < 65535:
+        raise OptionError("receiveMaximum", given,
+                          f"more than 2 x maxRecordsPerTrigger ({2 * per_trigger}) without "
+                          f"walLocation ({why}); set walLocation, raise receiveMaximum or "
+                          f"lower maxRecordsPerTrigger")
+    default = "" if given else ", the default"
+    raise OptionError("maxRecordsPerTrigger", options.get("maxrecordspertrigger", per_trigger),
+                      f"at most {(receive_maximum - 1) // 2} without walLocation: "
+                      f"receiveMaximum ({receive_maximum}{default}; at most 65535) must "
+                      f"exceed 2 x maxRecordsPerTrigger ({why}); set walLocation or lower "
+                      f"maxRecordsPerTrigger")
 
 
 def default_schema(options: Mapping[str, str]) -> str:
@@ -150,13 +195,22 @@ def _columns(message: MqttMessage) -> dict[str, Any]:
                                                          datetime.timezone.utc)}
 
 
-def _parse_json(message: MqttMessage) -> Any:
+def _parse_json(message: MqttMessage, skip: bool = False) -> Any:
     try:
-        return json.loads(message.payload)
+        value = json.loads(message.payload)
     except ValueError as error:
-        shown = message.payload[:80]
-        raise ValueError(f"format=json: the payload {shown!r} is not JSON ({error}); the "
-                         f"message stays unacknowledged in the broker's session") from None
+        problem = f"is not JSON ({error})"
+    else:
+        if value is not None:
+            return value
+        problem = "is JSON null, not a row"
+    shown = message.payload[:80]
+    where = f"format=json: the payload {shown!r} of a message of topic {message.topic!r}"
+    if skip:
+        raise SkipMessage(f"{where} {problem}; left out (badPayloads=skip)")
+    raise ValueError(f"{where} {problem}; the message stays unacknowledged in the broker's "
+                     f"session, so a restart fails on it again (badPayloads=skip leaves "
+                     f"such messages out)") from None
 
 
 def _topic(text: str | None) -> str:

@@ -25,10 +25,15 @@ from pyspark.sql.streaming import StreamingQuery
 from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
-from pyspark_reactive.builtin_mqtt import MESSAGE_SCHEMA, default_schema, mqtt_publisher
+from pyspark_reactive.builtin_mqtt import (
+    MESSAGE_SCHEMA,
+    _parse_json,
+    default_schema,
+    mqtt_publisher,
+)
 from pyspark_reactive.options import OptionError
 from reactive_streams import Subscriber, Subscription, collect
-from reactive_streams.adapters.mqtt import MqttPublisher
+from reactive_streams.adapters.mqtt import MqttMessage, MqttPublisher, SkipMessage
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source
 
@@ -86,10 +91,14 @@ def test_json_payloads_into_the_schema_each_once_acknowledged_once_logged(
     topic = f"spark/json/{uuid.uuid4().hex[:8]}"
     client_id = _persistent_session(broker, topic)
     count = 500
-    mosquitto.publish(broker.host, broker.port, topic,
-                      [json.dumps({"id": i, "name": f"n{i}"}) for i in range(count)])
+    payloads = [json.dumps({"id": i, "name": f"n{i}"}) for i in range(count)]
+    # badPayloads=skip: these are left out, and acknowledged like the rest.
+    for at, bad in ((0, "not json"), (250, "null"), (251, "{"), (count + 3, "null")):
+        payloads.insert(at, bad)
+    mosquitto.publish(broker.host, broker.port, topic, payloads)
     df = reactive(spark, publisher="mqtt", host=broker.host, port=broker.port, topic=topic,
-                  clientId=client_id, format="json", maxRecordsPerTrigger=200,
+                  clientId=client_id, format="json", badPayloads="skip",
+                  maxRecordsPerTrigger=200,
                   walLocation=tmp_path / "wal").schema("id BIGINT, name STRING").load()
     query, name = to_memory(df, queries, tmp_path)
     watch.wait_rows(query, count)
@@ -155,6 +164,19 @@ def test_load_checks_the_options_and_connects_nowhere(spark: SparkSession) -> No
      "more than 2 x maxRecordsPerTrigger (20000) without walLocation"),
     ({"host": "h", "topic": "t", "caCerts": "/no/such/file.pem"},
      "a readable PEM file of certificate authorities"),
+    ({"host": "h", "topic": "t", "password": "secret"},
+     "option password='(hidden)' is not accepted: a value only with username"),
+    ({"host": "h", "topic": "t", "sessionExpiry": "86400"},
+     "option sessionExpiry='86400' is not accepted: 0, or set clientId"),
+    # The default receiveMaximum cannot be raised: the error is about the option given.
+    ({"host": "h", "topic": "t", "maxRecordsPerTrigger": "40000"},
+     "option maxRecordsPerTrigger='40000' is not accepted: at most 32767 without "
+     "walLocation"),
+    ({"host": "h", "topic": "t", "receiveMaximum": "1000", "maxRecordsPerTrigger": "40000"},
+     "option maxRecordsPerTrigger='40000' is not accepted: at most 499 without walLocation"),
+    ({"host": "h", "topic": "t", "badPayloads": "skip"}, "skip only with format=json"),
+    ({"host": "h", "topic": "t", "format": "json", "badPayloads": "drop"},
+     "one of fail, skip"),
 ])
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError) as raised:
@@ -182,6 +204,20 @@ def test_options_reach_the_publisher() -> None:
     assert isinstance(fresh, MqttPublisher)
     assert (fresh.qos, fresh.clean_start, fresh.session_expiry, fresh.receive_maximum) == (
         1, True, 0, 65535)
+
+
+def test_json_payloads_that_are_no_row_name_format_topic_and_payload() -> None:
+    for payload, problem in ((b"null", "is JSON null, not a row"),
+                             (b"{'id': 1}", "is not JSON")):
+        message = MqttMessage("plant/7", payload, 1, False, 0.0)
+        where = f"format=json: the payload {payload!r} of a message of topic 'plant/7' "
+        with pytest.raises(ValueError) as failed:
+            _parse_json(message)
+        assert str(failed.value).startswith(where + problem)
+        assert "badPayloads=skip" in str(failed.value)
+        with pytest.raises(SkipMessage, match="left out"):
+            _parse_json(message, skip=True)
+    assert _parse_json(MqttMessage("t", b'{"id": 1}', 1, False, 0.0)) == {"id": 1}
 
 
 def test_default_schemas() -> None:

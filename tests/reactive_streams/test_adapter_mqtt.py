@@ -23,7 +23,7 @@ import pytest
 from rs_support import Recorder, wait_until
 
 from reactive_streams import Publisher, collect
-from reactive_streams.adapters.mqtt import MqttError, MqttMessage, MqttPublisher
+from reactive_streams.adapters.mqtt import MqttError, MqttMessage, MqttPublisher, SkipMessage
 from reactive_streams.tck.environment import TestEnvironment
 from reactive_streams.tck.publisher import PublisherVerification
 
@@ -273,6 +273,37 @@ def test_on_durable_before_on_next_returns_still_acknowledges(
     mosquitto.publish(broker.host, broker.port, topic, [b"marker"])
     again = collect(_session(broker, topic, client_id, max_messages=1), timeout=20)
     assert [m.payload for m in again] == [b"marker"]
+
+
+def _skip_x(message: MqttMessage) -> MqttMessage:
+    if message.payload.startswith(b"x"):
+        raise SkipMessage(f"payload {message.payload!r}")
+    return message
+
+
+def test_skipped_messages_are_acknowledged_in_their_turn(
+        broker: mosquitto.Broker, caplog: pytest.LogCaptureFixture) -> None:
+    topic, client_id = _topic("skip"), f"skip-{uuid.uuid4().hex[:8]}"
+    payloads = [b"x0", b"1", b"x2", b"x3", b"4", b"5", b"x6", b"7"]
+    first = _session(broker, topic, client_id, acknowledge="on_durable", linger=0.2,
+                     decode=_skip_x)
+    recorder = Recorder(initial=10)
+    _subscribed(first, recorder)
+    with caplog.at_level("WARNING", logger="reactive_streams.adapters.mqtt"):
+        mosquitto.publish(broker.host, broker.port, topic, payloads)
+        recorder.wait_for_elements(4)
+    assert [m.payload for m in recorder.elements] == [b"1", b"4", b"5", b"7"]
+    assert first.skipped == 4
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
+        f"a message of topic '{topic}' was left out ({i} so far): payload {p!r}"
+        for i, p in enumerate([b"x0", b"x2", b"x3", b"x6"], 1)]
+    # Durable: "1" and "4". Acknowledged with them, in order: x0 (before anything), x2 and
+    # x3 (after "1"); x6 waits for "5", which is not durable.
+    first.on_durable(2)
+    recorder.cancel()
+    _ended(first)
+    again = collect(_session(broker, topic, client_id, max_messages=3), timeout=20)
+    assert [m.payload for m in again] == [b"5", b"x6", b"7"]
 
 
 class _Paced(Recorder):

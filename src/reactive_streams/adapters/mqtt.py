@@ -27,7 +27,7 @@ from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
 
-__all__ = ["MqttError", "MqttMessage", "MqttPublisher", "check_topic_filter"]
+__all__ = ["MqttError", "MqttMessage", "MqttPublisher", "SkipMessage", "check_topic_filter"]
 
 T = TypeVar("T")
 
@@ -70,6 +70,21 @@ class MqttError(ConnectionError):
     The message names ``host:port`` (and the topic filter for a refused subscription) and
     the MQTT reason code with its name.
     """
+
+
+class SkipMessage(Exception):
+    """Raised by a ``decode`` function to leave a message out instead of failing the stream.
+
+    The message is not signalled; a QoS 1 message is acknowledged in its turn (right
+    after the element before it: at once with ``acknowledge="on_next"``, once that element
+    is durable with ``"on_durable"``), so a persistent session does not send it again.
+    Each one is logged at WARNING with the exception's message and counted in
+    :attr:`MqttPublisher.skipped`.
+    """
+
+
+#: What _decode gives for a message that decode left out.
+_SKIPPED: Final = object()
 
 
 def check_topic_filter(topic: object) -> str:
@@ -170,12 +185,14 @@ class MqttPublisher(Publisher[T], Generic[T]):
     connect_timeout : float
         Seconds to wait for the TCP connection and for the CONNACK, default 10.
     max_messages : int, optional
-        Complete after this many messages (taking no more from the broker).
+        Complete after this many elements (taking no more from the broker; messages
+        ``decode`` left out do not count).
     acknowledge : "on_next" or "on_durable"
     decode : callable, optional
         Turns each :class:`MqttMessage` into the element signalled. If it raises, the
         stream fails with that error (wrapped in ``ValueError`` naming the topic), and
-        the message is not acknowledged.
+        the message is not acknowledged; if it raises :class:`SkipMessage`, the message
+        is left out and acknowledged instead. It must not return None (§2.13).
     linger : float
         With ``acknowledge="on_durable"``: seconds the connection stays open after cancel
         or completion while signalled messages wait for ``on_durable`` (default 10; the
@@ -278,6 +295,12 @@ class MqttPublisher(Publisher[T], Generic[T]):
         return 0 if session is None else session.received
 
     @property
+    def skipped(self) -> int:
+        """Messages of the latest subscription that ``decode`` left out (SkipMessage)."""
+        session = self._latest
+        return 0 if session is None else session.skipped
+
+    @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
@@ -360,12 +383,14 @@ class _Session(Source[T], Generic[T]):
         self.p = publisher
         self._lock = threading.Lock()
         self._buffer: deque[tuple[MqttMessage, int]] = deque()  # (message, mid) read
-        self._taking: deque[tuple[int, int]] = deque()  # (qos, mid) pulled, not signalled
+        # (qos, mid, skipped) pulled, not yet signalled (or, if skipped, acknowledged)
+        self._taking: deque[tuple[int, int, bool]] = deque()
         self._awaiting: deque[tuple[int, int]] = deque()  # (sequence, mid) signalled, QoS 1
         self._acks: deque[int] = deque()  # mids for the network thread to acknowledge
         self._signalled = 0  # elements signalled (the sequence of on_durable)
         self._durable = 0  # the highest count on_durable was told
         self.received = 0  # messages read from the broker
+        self.skipped = 0  # messages decode left out
         self.subscribed = threading.Event()  # SUBACK arrived, or the stream failed
         self.granted = False  # the SUBACK granted the subscription
         self._taken = 0  # messages pulled (for max_messages)
@@ -389,67 +414,106 @@ class _Session(Source[T], Generic[T]):
 
     def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
         limit = self.p.max_messages
-        with self._lock:
-            if limit is not None:
-                n = min(n, limit - self._taken)
-            wake = len(self._buffer) >= self._room_limit()
-            taken = [self._buffer.popleft() for _ in range(min(n, len(self._buffer)))]
-        # Decoded outside the lock, so the network thread is not held up meanwhile.
-        elements, bad = self._decode(taken)
-        with self._lock:
-            if bad is not None:
-                # The message that failed and those after it stay unsignalled (and so
-                # unacknowledged); the stream fails after the ones before it.
-                self._buffer.extendleft(reversed(taken[len(elements):]))
-                taken = taken[:len(elements)]
-                self._terminal = bad
-            self._taking.extend((message.qos, mid) for message, mid in taken)
-            self._taken += len(elements)
-            # A failure is signalled after the elements pulled with it, and without
-            # waiting for demand (§1.4); what is still read and not signalled is not
-            # acknowledged, so a persistent session redelivers it.
-            terminal: Terminal | None = self._terminal
-            if limit is not None and self._taken >= limit:
-                terminal = COMPLETE
-        if wake and elements:
+        elements: list[Any] = []
+        wake = took = False
+        while True:  # again while decode left messages out and more wait
+            with self._lock:
+                want = n - len(elements)
+                if limit is not None:
+                    want = min(want, limit - self._taken)
+                wake = wake or len(self._buffer) >= self._room_limit()
+                taken = [self._buffer.popleft() for _ in range(min(want, len(self._buffer)))]
+            # Decoded outside the lock, so the network thread is not held up meanwhile.
+            decoded, bad = self._decode(taken)
+            with self._lock:
+                if bad is not None:
+                    # The message that failed and those after it stay unsignalled (and so
+                    # unacknowledged); the stream fails after the ones before it.
+                    self._buffer.extendleft(reversed(taken[len(decoded):]))
+                    taken = taken[:len(decoded)]
+                    self._terminal = bad
+                got = [element for element in decoded if element is not _SKIPPED]
+                self._taking.extend((message.qos, mid, element is _SKIPPED)
+                                    for (message, mid), element in zip(taken, decoded, strict=True))
+                self._taken += len(got)
+                self.skipped += len(decoded) - len(got)
+                acked = self._settle_skipped()
+                # A failure is signalled after the elements pulled with it, and without
+                # waiting for demand (§1.4); what is still read and not signalled is not
+                # acknowledged, so a persistent session redelivers it.
+                terminal: Terminal | None = self._terminal
+                if limit is not None and self._taken >= limit:
+                    terminal = COMPLETE
+            elements += got
+            took = took or bool(taken)
+            if acked:
+                self._wake()
+            if len(got) == len(taken) or terminal is not None:
+                break
+        if wake and took:
             self._wake()  # reading was paused for want of room
         return elements, terminal
 
     def _decode(self, taken: list[tuple[MqttMessage, int]]
                 ) -> tuple[list[Any], BaseException | None]:
+        """The elements (or _SKIPPED) of ``taken`` in order, up to the first that failed,
+        and its error."""
         decode = self.p.decode
         if decode is None:
             return [message for message, _ in taken], None
         elements: list[Any] = []
+        skipped = self.skipped  # only pull (the emitter's loop) changes it
         for message, _ in taken:
             try:
                 element = decode(message)
+            except SkipMessage as skip:
+                skipped += 1
+                log.warning("mqtt %s: a message of topic %r was left out (%d so far): %s",
+                            self.p.address, message.topic, skipped, skip)
+                elements.append(_SKIPPED)
+                continue
             except Exception as exc:
                 error = ValueError(f"mqtt {self.p.address}: decoding a message of topic "
                                    f"{message.topic!r} failed: {exc!r}")
                 error.__cause__ = exc
                 return elements, error
             if element is None:
-                return elements, TypeError(f"§2.13: decode returned None for a message of "
-                                           f"topic {message.topic!r}")
+                return elements, TypeError(
+                    f"§2.13: decode returned None for a message of topic {message.topic!r} "
+                    f"(payload {message.payload[:40]!r}); raise SkipMessage to leave a "
+                    f"message out")
             elements.append(element)
         return elements, None
 
+    def _acknowledge(self, mid: int, sequence: int) -> bool:
+        """Under the lock: acknowledge a QoS 1 message once the first ``sequence``
+        elements are (signalled, with on_next; durable, with on_durable); True if now."""
+        # With on_durable: the source may have said this element is durable already (its
+        # log's thread can run while on_next is still under way) and never repeats a
+        # count, so a covered element is acknowledged now.
+        if self.p.acknowledge == "on_next" or sequence <= self._durable:
+            self._acks.append(mid)
+            return True
+        self._awaiting.append((sequence, mid))
+        return False
+
+    def _settle_skipped(self) -> bool:
+        """Under the lock: the messages left out at the head of ``_taking`` (every element
+        before them was signalled) are acknowledged in their turn; True if any now."""
+        now = False
+        while self._taking and self._taking[0][2]:
+            qos, mid, _ = self._taking.popleft()
+            if qos > 0:
+                now = self._acknowledge(mid, self._signalled) or now
+        return now
+
     def signalled(self) -> None:
         """The subscriber's on_next returned for the oldest element pulled."""
-        wake = False
         with self._lock:
-            qos, mid = self._taking.popleft()
+            qos, mid, _ = self._taking.popleft()
             self._signalled += 1
-            if qos > 0:
-                # With on_durable: the source may have said this element is durable
-                # already (its log's thread can run while on_next is still under way)
-                # and never repeats a count, so a covered element is acknowledged now.
-                if self.p.acknowledge == "on_next" or self._signalled <= self._durable:
-                    self._acks.append(mid)
-                    wake = True
-                else:
-                    self._awaiting.append((self._signalled, mid))
+            wake = qos > 0 and self._acknowledge(mid, self._signalled)
+            wake = self._settle_skipped() or wake
         if wake:
             self._wake()
 
