@@ -43,7 +43,10 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         ``{offset}`` replaced as above; omitted: empty); ``format``: ``bytes`` (default:
         each payload's data as a ``value BINARY`` row), ``text`` (UTF-8 text, ``value
         STRING``) or ``json`` (parsed, into the schema given with ``.schema(...)`` or the
-        ``schema`` option: an object by column name, an array by position).
+        ``schema`` option: an object by column name, an array by position);
+        ``keepaliveTimeout``: seconds without a KEEPALIVE answer after which the query
+        fails with the server's address (2 to 86400; default 30; a server that stops
+        answering is noticed between this and twice this long after its last answer).
 
     Returns
     -------
@@ -53,8 +56,8 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Raises
     ------
     OptionError
-        For a missing ``host`` or ``port``, or a value of ``port``, ``route`` or
-        ``format`` not accepted.
+        For a missing ``host`` or ``port``, or a value of ``port``, ``route`` (at most 255
+        bytes in UTF-8), ``format`` or ``keepaliveTimeout`` not accepted.
 
     Examples
     --------
@@ -65,7 +68,11 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     ...                                  ResumePoint(offset=1200))).data
     b'from=1200'
     """
-    from reactive_streams.adapters.rsocket import RSocketPublisher
+    from reactive_streams.adapters.rsocket import (
+        DEFAULT_KEEPALIVE_INTERVAL,
+        MAX_ROUTE_BYTES,
+        RSocketPublisher,
+    )
 
     lower = {k.lower(): v for k, v in options.items()}
     host = lower.get("host")
@@ -80,15 +87,19 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     if route is not None and not route.strip():
         raise OptionError("route", route, "a route name (sent as routing metadata), or no "
                           "route option for none")
+    if route is not None and len(route.encode("utf-8")) > MAX_ROUTE_BYTES:
+        raise OptionError("route", route, f"at most {MAX_ROUTE_BYTES} bytes in UTF-8 (RSocket's "
+                          "routing tag)")
+    keepalive_timeout = optional_int_option(lower, "keepaliveTimeout", 2, 86400)
     mime_type, decode = FORMATS[choice_option(lower, "format", FORMATS, "bytes")]
     resume = getattr(options, "resume", None)
     offset = resume.offset if resume is not None else 0
     data = lower.get("data", "").replace("{offset}", str(offset))
+    keepalive = ({} if keepalive_timeout is None else
+                 {"keepalive_timeout": float(keepalive_timeout),
+                  "keepalive_interval": min(DEFAULT_KEEPALIVE_INTERVAL, keepalive_timeout / 4)})
     return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
-                            data_mime_type=mime_type)
-
-
-
+                            data_mime_type=mime_type, **keepalive)
 
 
 def _default_schema(options: Mapping[str, str]) -> str:

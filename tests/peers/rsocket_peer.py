@@ -52,6 +52,18 @@ class _LoopThread:
     def call(self, function: Callable[[], Any]) -> None:
         self.loop.call_soon_threadsafe(function)
 
+    def stall(self, resume: threading.Event) -> None:
+        """Block the loop (its sockets go unread and unanswered) until ``resume`` is set."""
+        stalled = threading.Event()
+
+        def block() -> None:
+            stalled.set()
+            resume.wait(60)
+
+        self.call(block)
+        if not stalled.wait(30):
+            raise AssertionError("the loop did not stall within 30 s")
+
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
@@ -204,6 +216,7 @@ class CountingServer:
         self.changed = threading.Condition()
         self._loop = _LoopThread("counting-rsocket-server")
         self._connections: list[RSocketServer] = []
+        self._resume = threading.Event()
         self._server = self._loop.run(self._listen())
         self.port: int = self._server.sockets[0].getsockname()[1]
 
@@ -221,7 +234,17 @@ class CountingServer:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
                                      f"streams: {self.streams}")
 
+    def stall(self) -> None:
+        """Stop answering (a hung server whose connections stay up) until :meth:`resume`."""
+        self._resume.clear()
+        self._loop.stall(self._resume)
+
+    def resume(self) -> None:
+        self._resume.set()
+
     def close(self) -> None:
+        self.resume()
+
         async def shut() -> None:
             self._server.close()
             for connection in self._connections:
@@ -314,16 +337,8 @@ class PlainClient:
 
     def stall(self) -> None:
         """Block the client's event loop (it stops reading the socket) until :meth:`resume`."""
-        stalled = threading.Event()
-
-        def block() -> None:
-            stalled.set()
-            self._resume.wait(60)
-
         self._resume.clear()
-        self._loop.call(block)
-        if not stalled.wait(30):
-            raise AssertionError("the client's loop did not stall within 30 s")
+        self._loop.stall(self._resume)
 
     def resume(self) -> None:
         self._resume.set()

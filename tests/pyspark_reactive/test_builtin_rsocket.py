@@ -53,10 +53,21 @@ def test_server_never_has_more_than_one_batch_outstanding_and_every_row_arrives_
     ({"host": "h", "port": "1", "route": " "}, "option route=' ' is not accepted"),
     ({"host": "h", "port": "1", "format": "xml"},
      "option format='xml' is not accepted: one of bytes, text, json"),
+    ({"host": "h", "port": "1", "route": "é" * 128},
+     "(128 characters) is not accepted: at most 255 bytes in UTF-8"),
+    ({"host": "h", "port": "1", "keepaliveTimeout": "1"},
+     "option keepaliveTimeout='1' is not accepted"),
 ])
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
         rsocket_publisher(options)
+
+
+def test_keepalive_timeout_option_reaches_the_publisher() -> None:
+    options = {"host": "h", "port": "1"}
+    assert rsocket_publisher(options).keepalive_timeout == 30  # type: ignore[attr-defined]
+    short = rsocket_publisher({**options, "keepaliveTimeout": "4"})
+    assert (short.keepalive_timeout, short.keepalive_interval) == (4, 1)  # type: ignore[attr-defined]
 
 
 def test_default_schemas_and_load_checks(spark: SparkSession) -> None:

@@ -4,6 +4,7 @@ two of ours against each other."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -130,6 +131,25 @@ def test_a_lost_connection_fails_the_stream() -> None:
     assert f"127.0.0.1:{peer.port} (route 'r'): connection lost" in str(recorder.errors[0])
 
 
+def test_a_server_that_stops_answering_fails_the_stream() -> None:
+    # rsocket-py's client only calls a handler when no KEEPALIVE answer came for
+    # max_lifetime; its default handler does nothing, and the stream would hang.
+    with CountingServer(count=10**6) as peer:
+        recorder = Recorder(initial=5)
+        RSocketPublisher("127.0.0.1", peer.port, route="r", keepalive_interval=0.1,
+                         keepalive_timeout=0.5).subscribe(recorder)
+        recorder.wait_for_elements(5)
+        peer.stall()
+        recorder.request(5)  # unanswered
+        assert recorder.done.wait(10), "no terminal signal 10 s after the server stopped"
+        peer.resume()
+    assert len(recorder.errors) == 1 and len(recorder.elements) == 5
+    assert isinstance(recorder.errors[0], RemoteStreamError)
+    assert re.search(rf"127\.0\.0\.1:{peer.port} \(route 'r'\): connection lost: no KEEPALIVE "
+                     r"answer for \d+\.\d s \(keepalive_timeout 0\.5 s\)",
+                     str(recorder.errors[0])), recorder.errors[0]
+
+
 def test_a_connection_closed_before_any_request_fails_the_stream() -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -162,6 +182,28 @@ def test_arguments_are_checked_and_nothing_connects_until_subscribe() -> None:
         RSocketPublisher("127.0.0.1", 70000)
     with pytest.raises(ValueError, match="route or metadata, not both"):
         RSocketPublisher("127.0.0.1", 1, route="a", metadata=b"x")
+    # Each of these once made a subscription that never heard anything (or sent NULs).
+    for arguments, error, message in [
+            ({"route": 123}, TypeError, "route=123 is not accepted: a non-empty str"),
+            ({"route": "é" * 128}, ValueError,
+             r"route='é+'\.\.\. \(256 bytes\) is not accepted: at most 255 bytes in UTF-8"),
+            ({"data": 5}, TypeError, "data=5 is not accepted: bytes"),
+            ({"metadata": "text"}, TypeError, "metadata='text' is not accepted: bytes"),
+            ({"data_mime_type": None}, TypeError, "data_mime_type=None is not accepted"),
+            ({"decode": "int"}, TypeError, "decode='int' is not accepted: a callable"),
+            ({"keepalive_timeout": 0}, ValueError, "keepalive_timeout=0 is not accepted"),
+            ({"keepalive_interval": 5, "keepalive_timeout": 5}, ValueError,
+             "keepalive_timeout=5 is not accepted: more seconds than keepalive_interval=5")]:
+        with pytest.raises(error, match=f"RSocketPublisher: {message}"):
+            RSocketPublisher("127.0.0.1", 1, **arguments)
+    RSocketPublisher("127.0.0.1", 1, route="é" * 127)  # 254 bytes: fine
+
+
+def test_a_request_that_cannot_be_sent_fails_the_subscription(server: CountingServer) -> None:
+    publisher = RSocketPublisher("127.0.0.1", server.port, route="r")
+    publisher.route = "r" * 300  # past the constructor's check: rsocket-py refuses the tag
+    with pytest.raises(RemoteStreamError, match=r"\(route 'r+'\): cannot send REQUEST_STREAM: "):
+        collect(publisher, timeout=10)
     RSocketPublisher("127.0.0.1", 1)  # a closed port: fine until subscribed
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -36,7 +37,10 @@ _routing = require("rsocket.extensions.routing", "rsocket", _FEATURE)
 _mimetypes = require("rsocket.extensions.mimetypes", "rsocket", _FEATURE)
 
 __all__ = [
+    "DEFAULT_KEEPALIVE_INTERVAL",
+    "DEFAULT_KEEPALIVE_TIMEOUT",
     "MAX_REQUEST_N",
+    "MAX_ROUTE_BYTES",
     "UNBOUNDED_REQUEST_N",
     "RSocketPublisher",
     "RSocketService",
@@ -64,6 +68,10 @@ MAX_REQUEST_N: Final[int] = 2**31 - 2
 DEFAULT_PREFETCH: Final[int] = 4096
 COMPOSITE_METADATA: Final = _mimetypes.WellKnownMimeTypes.MESSAGE_RSOCKET_COMPOSITE_METADATA
 _READ_BUFFER = 1 << 16
+#: Seconds between the KEEPALIVE frames a publisher's connection sends.
+DEFAULT_KEEPALIVE_INTERVAL: Final[float] = 2.0
+#: Seconds without a KEEPALIVE answer after which a publisher's stream fails.
+DEFAULT_KEEPALIVE_TIMEOUT: Final[float] = 30.0
 # How long closing a connection waits for a CANCEL frame to be written before it closes.
 _CANCEL_WRITE_S = 2.0
 
@@ -94,6 +102,23 @@ def _check_endpoint(owner: str, host: object, port: object) -> None:
     if type(port) is not int or not 0 <= port <= 65535:
         raise ValueError(f"{owner}: port={port!r} is not accepted: an int from 1 to 65535 "
                          "(0 only to serve on a free port)")
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+#: The longest route: RSocket's routing metadata gives each tag a one-byte length.
+MAX_ROUTE_BYTES: Final[int] = 255
+
+
+def _check_route(owner: str, route: object) -> None:
+    if route is None:
+        return
+    if not isinstance(route, str) or not route:
+        raise TypeError(f"{owner}: route={route!r} is not accepted: a non-empty str, or None "
+                        "for no route")
+    if len(route.encode("utf-8")) > MAX_ROUTE_BYTES:
+        raise ValueError(f"{owner}: route={route[:40]!r}... ({len(route.encode('utf-8'))} "
+                         f"bytes) is not accepted: at most {MAX_ROUTE_BYTES} bytes in UTF-8 "
+                         "(RSocket's routing tag)")
 
 
 class RSocketPublisher(Publisher[T], Generic[T]):
@@ -130,18 +155,30 @@ class RSocketPublisher(Publisher[T], Generic[T]):
         Announced in the SETUP frame (``application/octet-stream`` by default).
     connect_timeout : float
         Seconds to wait for the TCP connection.
+    keepalive_interval : float
+        Seconds between the KEEPALIVE frames the connection sends (default 2).
+    keepalive_timeout : float
+        Seconds without a KEEPALIVE answer from the server after which the stream fails
+        (default 30): a server that stops answering (stopped, or gone without closing
+        the connection) fails the stream between this and twice this long after its
+        last answer (rsocket-py checks once per ``keepalive_timeout``).
 
     Raises
     ------
     ValueError
-        For a ``host``, ``port`` or ``connect_timeout`` not accepted, or ``route`` and
-        ``metadata`` both given.
+        For a ``host``, ``port``, ``route`` (over 255 bytes in UTF-8), ``data_mime_type``,
+        ``connect_timeout``, ``keepalive_interval`` or ``keepalive_timeout`` not accepted,
+        or ``route`` and ``metadata`` both given.
+    TypeError
+        For a ``route`` or ``data_mime_type`` that is not a str, ``data`` or ``metadata``
+        that are not bytes, or a ``decode`` that is not callable.
 
     Notes
     -----
-    A refused or lost connection, an ERROR frame and a ``decode`` failure reach the
-    subscriber as ``on_error(RemoteStreamError)``, whose message names ``host:port`` and
-    the route. Creating the publisher connects nowhere.
+    A refused or lost connection, a server that stops answering KEEPALIVE, an ERROR frame
+    and a ``decode`` failure reach the subscriber as ``on_error(RemoteStreamError)``,
+    whose message names ``host:port`` and the route. Creating the publisher connects
+    nowhere.
 
     Examples
     --------
@@ -154,7 +191,9 @@ class RSocketPublisher(Publisher[T], Generic[T]):
     def __init__(self, host: str, port: int, route: str | None = None, data: bytes = b"",
                  metadata: bytes | None = None, decode: Callable[[bytes], T] | None = None,
                  data_mime_type: str = "application/octet-stream",
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0,
+                 keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+                 keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT) -> None:
         _check_endpoint("RSocketPublisher", host, port)
         if port == 0:
             raise ValueError("RSocketPublisher: port=0 is not accepted: an int from 1 to 65535")
@@ -164,14 +203,42 @@ class RSocketPublisher(Publisher[T], Generic[T]):
         if not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
             raise ValueError(f"RSocketPublisher: connect_timeout={connect_timeout!r} is not "
                              "accepted: a positive number of seconds")
+        for name, seconds in (("keepalive_interval", keepalive_interval),
+                              ("keepalive_timeout", keepalive_timeout)):
+            if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                    or not seconds > 0):
+                raise ValueError(f"RSocketPublisher: {name}={seconds!r} is not accepted: a "
+                                 "positive number of seconds")
+        if not keepalive_timeout > keepalive_interval:
+            raise ValueError(f"RSocketPublisher: keepalive_timeout={keepalive_timeout!r} is "
+                             "not accepted: more seconds than keepalive_interval="
+                             f"{keepalive_interval!r}")
+        _check_route("RSocketPublisher", route)
+        if not isinstance(data, _BYTES_LIKE):
+            raise TypeError(f"RSocketPublisher: data={data!r} is not accepted: bytes (the "
+                            "request's data)")
+        if metadata is not None and not isinstance(metadata, _BYTES_LIKE):
+            raise TypeError(f"RSocketPublisher: metadata={metadata!r} is not accepted: bytes "
+                            "(the request's raw metadata), or None")
+        if decode is not None and not callable(decode):
+            raise TypeError(f"RSocketPublisher: decode={decode!r} is not accepted: a callable "
+                            "(bytes -> element), or None")
+        if not isinstance(data_mime_type, str):
+            raise TypeError(f"RSocketPublisher: data_mime_type={data_mime_type!r} is not "
+                            "accepted: a MIME type, a str of 1 to 255 ASCII characters")
+        if not data_mime_type or not data_mime_type.isascii() or len(data_mime_type) > 255:
+            raise ValueError(f"RSocketPublisher: data_mime_type={data_mime_type!r} is not "
+                             "accepted: a MIME type, a str of 1 to 255 ASCII characters")
         self.host = host
         self.port = port
         self.route = route
         self.data = bytes(data)
-        self.metadata = metadata
+        self.metadata = bytes(metadata) if metadata is not None else None
         self.decode = decode
         self.data_mime_type = data_mime_type
         self.connect_timeout = float(connect_timeout)
+        self.keepalive_interval = float(keepalive_interval)
+        self.keepalive_timeout = float(keepalive_timeout)
         self._runner = LoopRunner(name="rsocket-publisher")
 
     @property
@@ -240,6 +307,12 @@ class _ClientHandler(_BaseRequestHandler):  # type: ignore[misc]
 
     async def on_connection_error(self, rsocket: Any, exception: Exception) -> None:
         self._stream.remote_failed(exception)
+
+    async def on_keepalive_timeout(self, time_since_last_keepalive: datetime.timedelta,
+                                   rsocket: Any) -> None:
+        # rsocket-py's own handler does nothing: a server that stops answering (stopped,
+        # or its machine gone without a FIN) would hold the stream forever.
+        self._stream.keepalive_lost(time_since_last_keepalive.total_seconds())
 
     async def on_close(self, rsocket: Any, exception: Exception | None = None) -> None:
         # After its streams were failed; before any REQUEST_STREAM there were none.
@@ -335,13 +408,24 @@ class _RemoteStream(Source[T], Generic[T]):
         except OSError as error:
             self._end(self._error(f"cannot connect: {error}"))
             return
-        transport = _tcp.TransportTCP(reader, writer, read_buffer_size=_READ_BUFFER)
-        self._client = _client.RSocketClient(
-            _helpers.single_transport_provider(transport),
-            handler_factory=lambda: _ClientHandler(self),
-            data_encoding=publisher.data_mime_type.encode(),
-            metadata_encoding=COMPOSITE_METADATA)
-        await self._client.connect()
+        except Exception as error:  # whatever else: the subscriber must hear of it
+            self._end(self._error(f"cannot connect: {type(error).__name__}: {error}"))
+            return
+        try:
+            transport = _tcp.TransportTCP(reader, writer, read_buffer_size=_READ_BUFFER)
+            self._client = _client.RSocketClient(
+                _helpers.single_transport_provider(transport),
+                handler_factory=lambda: _ClientHandler(self),
+                data_encoding=publisher.data_mime_type.encode(),
+                metadata_encoding=COMPOSITE_METADATA,
+                keep_alive_period=datetime.timedelta(seconds=publisher.keepalive_interval),
+                max_lifetime_period=datetime.timedelta(seconds=publisher.keepalive_timeout))
+            await self._client.connect()
+        except Exception as error:
+            writer.close()
+            self._end(self._error(f"cannot set up the connection: {type(error).__name__}: "
+                                  f"{error}"))
+            return
         self._connected = True
         self._send_demand()
 
@@ -374,12 +458,16 @@ class _RemoteStream(Source[T], Generic[T]):
             self._outstanding += n
         if self._requester is None:
             publisher = self._publisher
-            metadata = (_metadata.composite(_metadata.route(publisher.route))
-                        if publisher.route is not None else publisher.metadata)
-            requester = self._client.request_stream(Payload(publisher.data, metadata))
-            requester.initial_request_n(n)
-            self._requester = requester
-            requester.subscribe(_ResponseSubscriber(self))
+            try:
+                metadata = (_metadata.composite(_metadata.route(publisher.route))
+                            if publisher.route is not None else publisher.metadata)
+                requester = self._client.request_stream(Payload(publisher.data, metadata))
+                requester.initial_request_n(n)
+                self._requester = requester
+                requester.subscribe(_ResponseSubscriber(self))
+            except Exception as error:  # on a loop callback, nothing else would catch it
+                self._end(self._error(f"cannot send REQUEST_STREAM: {type(error).__name__}: "
+                                      f"{error}"))
         else:
             self._requester.request(n)
 
@@ -431,6 +519,11 @@ class _RemoteStream(Source[T], Generic[T]):
                                   f"{getattr(error, 'data', '') or error}"))
         else:
             self._end(self._error(f"the server answered with an error: {error}"))
+
+    def keepalive_lost(self, seconds: float) -> None:
+        if not self._closed and not self._finished:
+            self._end(self._error(f"connection lost: no KEEPALIVE answer for {seconds:.1f} s "
+                                  f"(keepalive_timeout {self._publisher.keepalive_timeout:g} s)"))
 
     def connection_closed(self) -> None:
         if not self._closed and not self._finished:
