@@ -240,7 +240,7 @@ def main() -> None:
         spark_rate = max(into_spark(spark, broker, args) for _ in range(args.repeat))
         spark.stop()
     print(f"python {platform.python_version()}, pyspark {pyspark.__version__}, paho-mqtt "
-          f"{paho.mqtt.__version__}, mosquitto 2.0.11; {args.rows} messages of {args.size} "
+          f"{paho.mqtt.__version__}, {mosquitto.version()}; {args.rows} messages of {args.size} "
           f"bytes at QoS {args.qos} per run, maxRecordsPerTrigger={args.batch}, "
           f"{'no walLocation' if args.no_wal else 'walLocation'}, "
           f"{'queued before the consumer starts' if args.queued else 'published meanwhile'}, "

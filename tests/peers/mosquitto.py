@@ -30,7 +30,7 @@ from pathlib import Path
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
-__all__ = ["Broker", "free_port", "publish"]
+__all__ = ["Broker", "free_port", "publish", "version"]
 
 
 def free_port() -> int:
@@ -38,6 +38,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def version() -> str:
+    """The broker's version as ``mosquitto -h`` prints it first ("mosquitto version 2.0.11")."""
+    shown = subprocess.run([MOSQUITTO, "-h"], capture_output=True, text=True, timeout=10)
+    lines = (shown.stdout or shown.stderr).splitlines()
+    return lines[0].strip() if lines else f"{MOSQUITTO} (version unknown)"
 
 
 class Broker:
