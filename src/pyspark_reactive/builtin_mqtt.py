@@ -56,10 +56,12 @@ def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     options : mapping of str to str
         ``host`` (required), ``port`` (default 1883), ``topic`` (required; a filter with
         ``+``/``#`` wildcards), ``qos`` (0 or 1, default 1), ``clientId`` (default none:
-        the broker assigns one and nothing survives a restart), ``cleanStart`` (default
-        false with a ``clientId``, true without), ``sessionExpiry`` (seconds the broker
-        keeps the session while the query is down; default 86400 with a ``clientId``),
-        ``username``, ``password``, ``tls`` (true/false, default false), ``caCerts``
+        the broker assigns one and nothing survives a restart; a resumed session keeps
+        the topics of earlier runs, so give a new one when ``topic`` changes),
+        ``cleanStart`` (default false with a ``clientId``, true without),
+        ``sessionExpiry`` (seconds the broker keeps the session while the query is down;
+        default 86400 with a ``clientId``; refused without one), ``username``,
+        ``password`` (only with ``username``), ``tls`` (true/false, default false), ``caCerts``
         (a PEM file of certificate authorities; implies ``tls``), ``receiveMaximum``
         (1 to 65535, default 65535), ``keepalive`` (seconds, default 60),
         ``connectTimeoutMs`` (default 10000), ``format`` (``message``, default: the

@@ -165,7 +165,11 @@ class MqttPublisher(Publisher[T], Generic[T]):
     client_id : str
         Empty (default): the broker assigns one and the session cannot be resumed.
     clean_start : bool, optional
-        Default: True without a ``client_id``, False with one (resume the session).
+        Default: True without a ``client_id``, False with one (resume the session). A
+        resumed session keeps the subscriptions its earlier connections made: another
+        ``topic`` with the same ``client_id`` is added to them, and the old topic's
+        messages keep coming. When the topic changes, use a new ``client_id`` (or
+        ``clean_start=True``, which drops every message the session had queued).
     session_expiry : int, optional
         Seconds the broker keeps the session after a disconnect. Default: 0 without a
         ``client_id``, 86400 (a day) with one. ``0xFFFFFFFF`` never expires.
