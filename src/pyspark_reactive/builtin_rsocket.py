@@ -70,6 +70,7 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     """
     from reactive_streams.adapters.rsocket import (
         DEFAULT_KEEPALIVE_INTERVAL,
+        DEFAULT_KEEPALIVE_TIMEOUT,
         MAX_ROUTE_BYTES,
         RSocketPublisher,
     )
@@ -95,11 +96,11 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     resume = getattr(options, "resume", None)
     offset = resume.offset if resume is not None else 0
     data = lower.get("data", "").replace("{offset}", str(offset))
-    keepalive = ({} if keepalive_timeout is None else
-                 {"keepalive_timeout": float(keepalive_timeout),
-                  "keepalive_interval": min(DEFAULT_KEEPALIVE_INTERVAL, keepalive_timeout / 4)})
+    timeout = (DEFAULT_KEEPALIVE_TIMEOUT if keepalive_timeout is None
+               else float(keepalive_timeout))
     return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
-                            data_mime_type=mime_type, **keepalive)
+                            data_mime_type=mime_type, keepalive_timeout=timeout,
+                            keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4))
 
 
 def _default_schema(options: Mapping[str, str]) -> str:

@@ -10,10 +10,12 @@ import base64
 import datetime
 import decimal
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import Row
+from pyspark.sql.types import VariantVal
 
 from reactive_streams import Publisher
 
@@ -22,26 +24,86 @@ __all__ = ["Exposed", "expose", "serve_publisher", "to_json"]
 _FORMATS = ("json", "text", "bytes")
 
 
-def _json_value(value: Any) -> Any:
+_SCALARS = (str, int, type(None))  # bool is an int
+
+
+def _duration(value: datetime.timedelta) -> str:
+    """ISO 8601 duration: ``P1DT2H3M4.5S``, ``-PT0.25S``, ``PT0S``."""
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    days, rest = divmod(abs(micros), 86_400_000_000)
+    hours, rest = divmod(rest, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds, fraction = divmod(rest, 1_000_000)
+    time = "".join(f"{amount}{unit}" for amount, unit in ((hours, "H"), (minutes, "M")) if amount)
+    if seconds or fraction:
+        time += f"{seconds}.{fraction:06d}".rstrip("0").rstrip(".") + "S"
+    if not days and not time:
+        return "PT0S"
+    return f"{sign}P{f'{days}D' if days else ''}{f'T{time}' if time else ''}"
+
+
+def _fields(row: Row) -> dict[str, Any]:
+    names = row.__fields__
+    if len(set(names)) != len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise ValueError(f"to_json: the row has more than one column named {twice!r}, and a "
+                         "JSON object holds each name once: rename them (alias) before "
+                         "serving the rows")
+    return dict(zip(names, row, strict=True))
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    plain = _plain(key)
+    return plain if isinstance(plain, str) else json.dumps(plain, separators=(",", ":"),
+                                                            ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` made of what strict JSON holds (dict, list, str, finite number, bool,
+    None)."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        # As Spark's to_json writes them: strict JSON has no NaN or Infinity.
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Row):
+        if hasattr(value, "__fields__"):
+            return {name: _plain(item) for name, item in _fields(value).items()}
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {_key(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return _duration(value)
     if isinstance(value, decimal.Decimal):
         return str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, Row):
-        return value.asDict(recursive=True)
-    raise TypeError(f"a value of type {type(value).__name__} has no JSON form")
+    if isinstance(value, VariantVal):
+        return json.loads(value.toJson())
+    raise TypeError(f"to_json: a value of type {type(value).__name__} has no JSON form")
 
 
 def to_json(element: Any) -> bytes:
     """One element as a JSON document (UTF-8): what :func:`serve_publisher` sends per row,
     and what :func:`expose` sends by default.
 
-    A ``Row`` becomes an object by field name; a dict an object; a tuple or list an array
-    (a row by position); a number, string, bool or ``None`` itself. Inside them,
-    timestamps, dates and times become ISO 8601 strings, decimals strings, and binary
-    values base64 strings.
+    A ``Row`` becomes an object by field name; a dict an object (keys that are not
+    strings become their JSON text: ``1`` -> ``"1"``, a date its ISO 8601 string); a
+    tuple or list an array (a row by position); a number, string, bool or ``None``
+    itself. Inside them, timestamps, dates and times become ISO 8601 strings, durations
+    (``timedelta``, Spark's ``DayTimeIntervalType``) ISO 8601 durations (``P1DT2H``),
+    decimals strings, binary values base64 strings, a ``VariantVal`` its JSON, and NaN
+    and infinities the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (as Spark's
+    ``to_json`` writes them), so the document is always strict JSON.
 
     Parameters
     ----------
@@ -55,19 +117,19 @@ def to_json(element: Any) -> bytes:
     ------
     TypeError
         For a value with no JSON form.
+    ValueError
+        For a ``Row`` with two columns of the same name (an object would keep one).
 
     Examples
     --------
     >>> import datetime
     >>> to_json(Row(id=7, at=datetime.date(2026, 1, 2), tags=["a"]))
     b'{"id":7,"at":"2026-01-02","tags":["a"]}'
-    >>> to_json((1, "x"))
-    b'[1,"x"]'
+    >>> to_json((1, "x", float("nan"), datetime.timedelta(hours=36)))
+    b'[1,"x","NaN","P1DT12H"]'
     """
-    if isinstance(element, Row):
-        element = element.asDict(recursive=True)
-    return json.dumps(element, default=_json_value, separators=(",", ":"),
-                      ensure_ascii=False).encode("utf-8")
+    return json.dumps(_plain(element), separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
 
 
 def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,

@@ -4,12 +4,16 @@ rsocket-py client whose REQUEST_N paces the query."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import VariantVal
 from rsocket_peer import PlainClient, RecordingRange
 from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
@@ -83,7 +87,31 @@ def test_query_output_served_over_rsocket_is_paced_by_a_slow_remote_client(
 
 
 def test_rows_travel_as_json() -> None:
-    from pyspark.sql import Row
-
     assert json.loads(to_json(Row(id=1, name="a", raw=b"\x00"))) == {
         "id": 1, "name": "a", "raw": "AA=="}
+
+
+def _strict(document: bytes) -> Any:
+    def refuse(constant: str) -> Any:
+        raise AssertionError(f"{constant} is not strict JSON: {document!r}")
+
+    return json.loads(document, parse_constant=refuse)
+
+
+def test_every_value_spark_hands_over_becomes_strict_json() -> None:
+    row = Row(nan=float("nan"), up=float("inf"), down=float("-inf"), x=1.5,
+              day=datetime.timedelta(days=1), span=datetime.timedelta(hours=-36, seconds=-0.25),
+              zero=datetime.timedelta(0), keys={1: "a", datetime.date(2026, 1, 1): 2},
+              variant=VariantVal.parseJson('{"a": [1, null]}'),
+              nested=[Row(at=datetime.time(1, 2), amount=decimal.Decimal("1.50"))])
+    assert _strict(to_json(row)) == {
+        "nan": "NaN", "up": "Infinity", "down": "-Infinity", "x": 1.5, "day": "P1D",
+        "span": "-P1DT12H0.25S", "zero": "PT0S", "keys": {"1": "a", "2026-01-01": 2},
+        "variant": {"a": [1, None]}, "nested": [{"at": "01:02:00", "amount": "1.50"}]}
+
+
+def test_a_row_with_two_columns_of_one_name_is_refused_not_halved() -> None:
+    with pytest.raises(ValueError, match="the row has more than one column named 'id'"):
+        to_json(Row("id", "name", "id")(1, "a", 2))
+    with pytest.raises(ValueError, match="more than one column named 'x'"):
+        to_json({"outer": Row("x", "x")(1, 2)})
