@@ -24,6 +24,7 @@ from rsocket.extensions.composite_metadata import CompositeMetadata
 from rsocket.extensions.helpers import composite, route
 from rsocket.extensions.mimetypes import WellKnownMimeTypes
 from rsocket.extensions.routing import RoutingMetadata
+from rsocket.frame import CancelFrame
 from rsocket.helpers import single_transport_provider
 from rsocket.payload import Payload
 from rsocket.request_handler import BaseRequestHandler
@@ -82,7 +83,8 @@ class StreamRecord:
     # stream ever had outstanding, since only a request raises it.
     outstanding_after: list[int] = field(default_factory=list)
     sent: int = 0
-    cancelled: bool = False
+    cancelled: bool = False  # by a CANCEL frame or by the connection's end
+    cancel_frame: bool = False  # by a CANCEL frame
     completed: bool = False
 
     @property
@@ -105,7 +107,7 @@ class _CountingStream:
         self._server = server
         self._record = record
         self._count = count
-        self._demand = 0
+        self._demand = server.beyond_demand
         self._unbounded = False
         self._subscriber: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -130,6 +132,8 @@ class _CountingStream:
     def cancel(self) -> None:
         with self._server.changed:
             self._record.cancelled = True
+            if self._server.handling_cancel_frame:
+                self._record.cancel_frame = True
             self._server.changed.notify_all()
         if self._task is not None:
             self._task.cancel()
@@ -202,6 +206,23 @@ class _CountingHandler(BaseRequestHandler):
         return _CountingStream(server, record, count)
 
 
+class _RecordingServer(RSocketServer):
+    """Tells a stream's ``cancel()`` whether a CANCEL frame called it: rsocket-py also
+    cancels every stream when the connection closes."""
+
+    def __init__(self, server: CountingServer, *args: Any, **kwargs: Any) -> None:
+        self._counting = server
+        super().__init__(*args, **kwargs)
+
+    async def _handle_next_frame(self, frame: Any, handlers: Any) -> None:
+        cancel = isinstance(frame, CancelFrame)
+        self._counting.handling_cancel_frame = cancel
+        try:
+            await super()._handle_next_frame(frame, handlers)
+        finally:
+            self._counting.handling_cancel_frame = False
+
+
 class CountingServer:
     """A plain rsocket-py server on 127.0.0.1: a request-stream gets ``count`` payloads
     (or as many as the request's data says, when it holds a number), ``payload(i)`` being
@@ -209,9 +230,12 @@ class CountingServer:
     :attr:`streams`.
     """
 
-    def __init__(self, count: int = 10, payload: Callable[[int], bytes] = numbered) -> None:
+    def __init__(self, count: int = 10, payload: Callable[[int], bytes] = numbered,
+                 beyond_demand: int = 0) -> None:
         self.count = count
         self.payload = payload
+        self.beyond_demand = beyond_demand  # payloads sent beyond the demand given (§1.1)
+        self.handling_cancel_frame = False
         self.streams: list[StreamRecord] = []
         self.changed = threading.Condition()
         self._loop = _LoopThread("counting-rsocket-server")
@@ -222,8 +246,9 @@ class CountingServer:
 
     async def _listen(self) -> asyncio.AbstractServer:
         def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self._connections.append(RSocketServer(TransportTCP(reader, writer, 65536),
-                                                   handler_factory=lambda: _CountingHandler(self)))
+            self._connections.append(_RecordingServer(
+                self, TransportTCP(reader, writer, 65536),
+                handler_factory=lambda: _CountingHandler(self)))
 
         return await asyncio.start_server(accept, "127.0.0.1", 0)
 

@@ -30,6 +30,7 @@ from reactive_streams import (
     RangePublisher,
     collect,
 )
+from reactive_streams.adapters import rsocket as rsocket_adapter
 from reactive_streams.adapters.rsocket import (
     MAX_REQUEST_N,
     UNBOUNDED_REQUEST_N,
@@ -103,7 +104,8 @@ def test_cancel_sends_cancel(server: CountingServer) -> None:
     recorder.wait_for_elements(3)
     stream = _last_stream(server, b"1000")
     recorder.cancel()
-    server.wait_for(lambda: stream.cancelled, what="CANCEL")
+    # A CANCEL frame, not the connection's end (which cancels the stream too).
+    server.wait_for(lambda: stream.cancel_frame, what="a CANCEL frame")
     assert stream.sent == 3 and not stream.completed
 
 
@@ -169,12 +171,48 @@ def test_decode_failure_names_the_payload_and_cancels(server: CountingServer) ->
             raise ValueError("four is not allowed")
         return int(data)
 
-    with pytest.raises(RemoteStreamError, match=r"decode failed on payload #5 \(b'4', 1 bytes\)"
-                                                r": ValueError: four is not allowed"):
-        collect(RSocketPublisher("127.0.0.1", server.port, data=b"100000", decode=decode),
-                timeout=10)
+    # Demand for exactly 5, so that nothing is in flight when the client closes: a socket
+    # closed with unread data sends RST, and the server may then drop the CANCEL frame
+    # before reading it (the connection's end cancels the stream all the same).
+    recorder = Recorder(initial=5)
+    RSocketPublisher("127.0.0.1", server.port, data=b"100000", decode=decode).subscribe(
+        recorder)
+    recorder.wait_done()
+    assert recorder.elements == [0, 1, 2, 3] and len(recorder.errors) == 1
+    assert isinstance(recorder.errors[0], RemoteStreamError)
+    assert ("decode failed on payload #5 (b'4', 1 bytes): ValueError: four is not allowed"
+            in str(recorder.errors[0]))
     stream = _last_stream(server, b"100000")
-    server.wait_for(lambda: stream.cancelled, what="CANCEL after the decode failure")
+    server.wait_for(lambda: stream.cancel_frame, what="CANCEL after the decode failure")
+
+
+def test_a_server_that_sends_beyond_the_demand_fails_the_stream_and_is_cancelled() -> None:
+    with CountingServer(count=100, beyond_demand=1) as peer:
+        recorder = Recorder(initial=3)
+        RSocketPublisher("127.0.0.1", peer.port, decode=int).subscribe(recorder)
+        recorder.wait_done()
+        [stream] = peer.streams
+        peer.wait_for(lambda: stream.cancel_frame, what="CANCEL after the excess payload")
+    assert recorder.elements == [0, 1, 2]
+    assert len(recorder.errors) == 1
+    assert "the server sent payload #4 beyond the demand it was given (§1.1)" in str(
+        recorder.errors[0])
+
+
+def test_demand_above_the_largest_request_n_is_topped_up_as_payloads_arrive(
+        server: CountingServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rsocket_adapter, "MAX_REQUEST_N", 4)
+    recorder = Recorder(initial=10)
+    RSocketPublisher("127.0.0.1", server.port, data=b"30", decode=int).subscribe(recorder)
+    recorder.wait_for_elements(10)
+    stream = _last_stream(server, b"30")
+    # 4 at first; then, each time the server holds only half of that, up to 4 again.
+    server.wait_for(lambda: stream.requested == 10, what="all 10 requested")
+    assert stream.requests == [4, 2, 2, 2]
+    assert stream.max_outstanding <= 4
+    recorder.request(20)
+    recorder.wait_done()
+    assert recorder.elements == list(range(30)) and recorder.completions == 1
 
 
 def test_arguments_are_checked_and_nothing_connects_until_subscribe() -> None:

@@ -59,8 +59,9 @@ _BaseRequestHandler: Any = _handler.BaseRequestHandler
 
 #: REQUEST_N of ``2**31 - 1`` means "unbounded" in RSocket (as ``2**63 - 1`` does in §3.17).
 UNBOUNDED_REQUEST_N: Final[int] = 2**31 - 1
-#: The largest bounded REQUEST_N: larger demand is sent in pieces of at most this many.
-MAX_REQUEST_N: Final[int] = 2**31 - 2
+#: The largest bounded REQUEST_N: larger demand is sent in pieces of at most this many
+#: (read when a piece is sent; tests lower it to see the pieces).
+MAX_REQUEST_N: int = 2**31 - 2
 #: How many payloads a served stream asks its local publisher for ahead of those written
 #: to the socket, whatever the remote demand: for each stream, the serving process holds
 #: at most this many payloads (and asyncio's 64 KiB write buffer), however slowly the
