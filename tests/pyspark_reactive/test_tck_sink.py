@@ -35,9 +35,12 @@ class TestForeachBatchPublisher(PublisherVerification[Any]):
     def create_test_environment(self) -> TestEnvironment:
         # A query takes a second or two to plan and run its first micro-batch, and up to
         # 20 s as the first of a session on a loaded 2-core machine: the timeout bounds
-        # only waits for a signal that must come, so a generous one costs nothing.
+        # only waits for a signal that must come, so a generous one costs nothing. Polls
+        # for an expected error every 50 ms: the poll interval defaults to the whole
+        # timeout, which made each §3.9 check wait its full 30 s.
         return TestEnvironment(default_timeout_millis=30_000,
-                               default_no_signals_timeout_millis=300)
+                               default_no_signals_timeout_millis=300,
+                               default_poll_timeout_millis=50)
 
     def stochastic_runs(self, default: int) -> int:
         # Each run is a whole streaming query (about 2 s here); a fifth of the reference
