@@ -15,8 +15,10 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from reactivestreams.subscriber import Subscriber as RSocketSubscriber
@@ -466,6 +468,32 @@ class _Tap(Subscriber[int], Subscription):
         self._recording.cancelled.set()
         assert self._upstream is not None
         self._upstream.cancel()
+
+
+def socket_allowance(client_socket: socket.socket, size: int) -> int:
+    """Payloads of ``size`` bytes that the kernel may hold between a stalled client and the
+    server once they have left the server's process: the server's send buffer (Linux grows
+    it up to tcp_wmem's maximum), the client's receive buffer, and asyncio's write buffer
+    (64 KiB high-water mark) that a written frame may still sit in."""
+    send_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    receive = client_socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    return -(-(send_max + receive + 65536) // size) + 1
+
+
+def settled(count: Callable[[], int], window: float = 0.5, timeout: float = 30.0) -> int:
+    """``count()`` once it has not changed for ``window`` seconds. A bound on what is NOT
+    done can only be watched for a while; the window is long against the loopback's
+    microseconds per payload, short against the test's time."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set
+    last = count()
+    while time.monotonic() < deadline:
+        pause.wait(window)
+        now = count()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"still changing after {timeout} s: {last}")
 
 
 def main() -> None:

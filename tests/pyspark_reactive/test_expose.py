@@ -14,7 +14,13 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import VariantVal
-from rsocket_peer import PlainClient, RecordingRange
+from rsocket_peer import (
+    UNBOUNDED_REQUEST_N,
+    PlainClient,
+    RecordingRange,
+    settled,
+    socket_allowance,
+)
 from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
@@ -84,6 +90,39 @@ def test_query_output_served_over_rsocket_is_paced_by_a_slow_remote_client(
         client.wait_end()
     values = [row["value"] for row in client.json_rows()]
     assert sorted(values) == list(range(rows))
+
+
+def test_a_client_that_stops_reading_holds_the_query_back(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # Unbounded demand, then the client reads no more: the query may run on only as far
+    # as the prefetch and the socket buffers take its rows, not into the driver's memory.
+    rows, per_batch, prefetch, size = 300, 50, 8, 65536
+    df = reactive(spark, publisher="range", count=rows, maxRecordsPerTrigger=per_batch).load()
+    df = df.selectExpr("value", f"repeat('x', {size}) AS pad")
+    publisher = publish(df, checkpointLocation=str(tmp_path / "checkpoint"))
+    query = publisher.query
+    queries.append(query)
+    with serve_publisher(publisher, prefetch=prefetch) as service, \
+            PlainClient(service.port, receive_buffer=4 * size) as client:
+        client.request_stream(UNBOUNDED_REQUEST_N)
+        client.wait_payloads(per_batch)
+        client.stall()
+        read = len(client.payloads)
+        # Batches end only while the server takes rows; watch until none has ended for a
+        # two seconds (a batch of 50 rows takes well under one here).
+        done = settled(lambda: len(watch.batch_sizes(query)), window=2.0, timeout=120)
+        allowance = socket_allowance(client.socket, size)
+        assert done <= (read + prefetch + allowance) // per_batch, (
+            f"{done} batches of {per_batch} rows ended while the client had read {read} "
+            f"rows (prefetch {prefetch}, {allowance} rows in the socket buffers)")
+        client.resume()
+        watch.wait_for(query, lambda: len(watch.batch_sizes(query)) > done,
+                       what="the next batch, once the client reads again")
+        query.stop()
+        client.wait_end()
+    values = [row["value"] for row in client.json_rows()]
+    assert values == list(range(len(values))) and len(values) >= (done + 1) * per_batch
 
 
 def test_rows_travel_as_json() -> None:

@@ -8,10 +8,7 @@ import re
 import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +18,8 @@ from rsocket_peer import (
     PlainClient,
     RecordingRange,
     numbered,
+    settled,
+    socket_allowance,
 )
 
 from reactive_streams import (
@@ -328,32 +327,6 @@ def test_served_unbounded_demand_is_taken_in_prefetch_steps() -> None:
     assert max(local.requests) <= 1000 and sum(local.requests) >= 3000
 
 
-def _socket_allowance(client_socket: socket.socket, size: int) -> int:
-    """Payloads of ``size`` bytes that the kernel may hold between a stalled client and the
-    server once they have left the server's process: the server's send buffer (Linux grows
-    it up to tcp_wmem's maximum), the client's receive buffer, and asyncio's write buffer
-    (64 KiB high-water mark) that a written frame may still sit in."""
-    send_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
-    receive = client_socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-    return -(-(send_max + receive + 65536) // size) + 1
-
-
-def _settled(count: Callable[[], int], window: float = 0.5, timeout: float = 30.0) -> int:
-    """``count()`` once it has not changed for ``window`` seconds. A bound on what is NOT
-    done can only be watched for a while; the window is long against the loopback's
-    microseconds per payload, short against the test's time."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()  # never set
-    last = count()
-    while time.monotonic() < deadline:
-        pause.wait(window)
-        now = count()
-        if now == last:
-            return now
-        last = now
-    raise AssertionError(f"still changing after {timeout} s: {last}")
-
-
 def test_served_prefetch_bounds_what_a_stalled_client_leaves_unread() -> None:
     # The client asks for unbounded demand, then stops reading. What the local publisher
     # delivered beyond what the client read is the prefetch, plus what the kernel's socket
@@ -366,8 +339,8 @@ def test_served_prefetch_bounds_what_a_stalled_client_leaves_unread() -> None:
         client.wait_payloads(20)
         client.stall()
         read = len(client.payloads)
-        delivered = _settled(lambda: local.delivered)
-        allowance = _socket_allowance(client.socket, size)
+        delivered = settled(lambda: local.delivered)
+        allowance = socket_allowance(client.socket, size)
         assert delivered <= read + prefetch + allowance, (
             f"the publisher delivered {delivered} payloads of {size} bytes to a client that "
             f"read {read}: more than prefetch {prefetch} + {allowance} the sockets hold")
