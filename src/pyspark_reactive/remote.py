@@ -132,6 +132,22 @@ def to_json(element: Any) -> bytes:
                       allow_nan=False).encode("utf-8")
 
 
+def _serve(owner: str, publisher: Publisher[Any], host: str, port: int, route: str | None,
+           encode: Callable[[Any], Any] | None, prefetch: int | None = None) -> Any:
+    """serve(), with argument errors named after ``owner``, the function the user called."""
+    from reactive_streams.adapters.rsocket import serve
+
+    try:
+        if prefetch is None:
+            return serve(publisher, host, port, route, encode=encode)
+        return serve(publisher, host, port, route, encode=encode, prefetch=prefetch)
+    except (ValueError, TypeError) as error:
+        message = str(error)
+        if message.startswith("serve: "):
+            raise type(error)(f"{owner}: {message[len('serve: '):]}") from None
+        raise
+
+
 def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
                     route: str | None = None, *, prefetch: int = 1024) -> Any:
     """Serve a Publisher of rows, such as a query's ``ForeachBatchPublisher``, as an RSocket
@@ -139,8 +155,10 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
 
     Each remote client's REQUEST_STREAM subscribes to the publisher, and its REQUEST_N
     becomes ``request(n)``: a ``ForeachBatchPublisher`` returns from a micro-batch only
-    once every subscriber has taken it, so a client that requests slowly holds the query
-    back, and the query's source then requests nothing more upstream. CANCEL, or a closed
+    once every subscriber has taken it, so a client that requests or reads slowly holds
+    the query back, and the query's source then requests nothing more upstream. (A client
+    that reads slowly is held to at most ``prefetch`` rows beyond what the socket buffers
+    take.) CANCEL, or a closed
     connection, cancels that subscription; the end of the query ends every stream
     (COMPLETE, or ERROR with the query's exception).
 
@@ -168,15 +186,20 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
     reactive_streams.adapters.rsocket.RSocketService
         Listening; ``close()`` it, or use it in a ``with`` block.
 
+    Raises
+    ------
+    ValueError, TypeError
+        For a ``host``, ``port``, ``route`` or ``prefetch`` not accepted.
+    OSError
+        When the address cannot be bound.
+
     Examples
     --------
     >>> from pyspark_reactive import publish
     >>> rows = publish(spark.readStream.format("rate").load())            # doctest: +SKIP
     >>> service = serve_publisher(rows, port=7878, route="rates")        # doctest: +SKIP
     """
-    from reactive_streams.adapters.rsocket import serve
-
-    return serve(publisher, host, port, route, encode=to_json, prefetch=prefetch)
+    return _serve("serve_publisher", publisher, host, port, route, to_json, prefetch)
 
 
 class Exposed:
@@ -278,8 +301,10 @@ def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
 
     Raises
     ------
-    ValueError
-        For a ``format`` not accepted.
+    ValueError, TypeError
+        For a ``format``, ``host``, ``port`` or ``route`` not accepted.
+    OSError
+        When the address cannot be bound.
 
     Examples
     --------
@@ -289,11 +314,9 @@ def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
     ...     query = df.writeStream.format("console").trigger(availableNow=True).start()
     ...     query.awaitTermination()
     """
-    from reactive_streams.adapters.rsocket import serve
-
     if format not in _FORMATS:
         raise ValueError(f"expose: format={format!r} is not accepted: one of "
                          f"{', '.join(_FORMATS)}")
     if encode is None and format == "json":
         encode = to_json
-    return Exposed(serve(publisher, host, port, route, encode=encode), format, route)
+    return Exposed(_serve("expose", publisher, host, port, route, encode), format, route)

@@ -55,9 +55,16 @@ def test_exposed_live_publisher_gets_each_batch_demand_and_every_element_once(
     assert max(watch.batch_sizes(query)) == PER_BATCH
 
 
-def test_expose_checks_its_format() -> None:
+def test_expose_and_serve_publisher_check_their_arguments_in_their_own_name() -> None:
     with pytest.raises(ValueError, match="format='xml' is not accepted: one of json, text"):
         expose(RecordingRange(1), format="xml")
+    with pytest.raises(ValueError, match="^expose: port=70000 is not accepted"):
+        expose(RecordingRange(1), port=70000)
+    with pytest.raises(ValueError, match=r"^expose: route='r+'\.\.\. \(256 bytes\) is not "
+                                         "accepted: at most 255 bytes"):
+        expose(RecordingRange(1), route="r" * 256)
+    with pytest.raises(ValueError, match="^serve_publisher: prefetch=0 is not accepted"):
+        serve_publisher(RecordingRange(1), prefetch=0)
 
 
 def test_query_output_served_over_rsocket_is_paced_by_a_slow_remote_client(

@@ -794,6 +794,10 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     [0, 1, 2]
     """
     _check_endpoint("serve", host, port)
+    _check_route("serve", route)
+    if encode is not None and not callable(encode):
+        raise TypeError(f"serve: encode={encode!r} is not accepted: a callable (element -> "
+                        "bytes), or None")
     service = RSocketService(publisher_or_factory, route, encode, prefetch)
     service._start(host, port)
     return service
