@@ -349,6 +349,20 @@ def test_served_prefetch_bounds_what_a_stalled_client_leaves_unread() -> None:
     assert client.payloads == [bytes(size)] * 1000
 
 
+def test_serve_closes_the_connection_of_a_client_gone_silent() -> None:
+    # The client's loop stops: no more KEEPALIVE frames, though its TCP connection stays
+    # up, as when its machine is lost. Its subscription must not be held forever.
+    local = RecordingRange(10**6, numbered)
+    with serve(local, keepalive_timeout=1.5) as service, PlainClient(service.port) as client:
+        client.request_stream(5)
+        client.wait_payloads(5)
+        assert not local.cancelled.wait(2.0), "cancelled while the client answered"
+        client.stall()
+        assert local.cancelled.wait(10), "not cancelled 10 s after the client went silent"
+        assert not service._connections
+        client.resume()
+
+
 def test_serve_refuses_another_route_and_reports_errors() -> None:
     def failing() -> Iterator[bytes]:
         yield b"one"

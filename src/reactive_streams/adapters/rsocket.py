@@ -13,6 +13,7 @@ import collections
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
@@ -39,6 +40,7 @@ _mimetypes = require("rsocket.extensions.mimetypes", "rsocket", _FEATURE)
 __all__ = [
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_KEEPALIVE_TIMEOUT",
+    "DEFAULT_SERVE_KEEPALIVE_TIMEOUT",
     "MAX_REQUEST_N",
     "MAX_ROUTE_BYTES",
     "UNBOUNDED_REQUEST_N",
@@ -56,6 +58,7 @@ log = logging.getLogger("reactive_streams.adapters.rsocket")
 Payload = _payload.Payload
 # rsocket-py's handler base class; it carries no type information.
 _BaseRequestHandler: Any = _handler.BaseRequestHandler
+_BaseServer: Any = _server.RSocketServer
 
 #: REQUEST_N of ``2**31 - 1`` means "unbounded" in RSocket (as ``2**63 - 1`` does in §3.17).
 UNBOUNDED_REQUEST_N: Final[int] = 2**31 - 1
@@ -69,6 +72,9 @@ MAX_REQUEST_N: int = 2**31 - 2
 DEFAULT_PREFETCH: Final[int] = 4096
 COMPOSITE_METADATA: Final = _mimetypes.WellKnownMimeTypes.MESSAGE_RSOCKET_COMPOSITE_METADATA
 _READ_BUFFER = 1 << 16
+#: Seconds without a KEEPALIVE from a client after which :func:`serve` closes its
+#: connection (Spring's clients send one every 20 s and allow 90 s).
+DEFAULT_SERVE_KEEPALIVE_TIMEOUT: Final[float] = 90.0
 #: Seconds between the KEEPALIVE frames a publisher's connection sends.
 DEFAULT_KEEPALIVE_INTERVAL: Final[float] = 2.0
 #: Seconds without a KEEPALIVE answer after which a publisher's stream fails.
@@ -632,7 +638,8 @@ class RSocketService:
     """
 
     def __init__(self, publisher_or_factory: PublisherOrFactory, route: str | None,
-                 encode: Callable[[Any], Any] | None, prefetch: int) -> None:
+                 encode: Callable[[Any], Any] | None, prefetch: int,
+                 keepalive_timeout: float = DEFAULT_SERVE_KEEPALIVE_TIMEOUT) -> None:
         if isinstance(publisher_or_factory, Publisher):
             publisher = publisher_or_factory
             self._factory: Callable[[StreamRequest], Publisher[Any]] = lambda request: publisher
@@ -643,6 +650,12 @@ class RSocketService:
                             f"Publisher), got {type(publisher_or_factory).__name__}")
         if type(prefetch) is not int or prefetch < 1:
             raise ValueError(f"serve: prefetch={prefetch!r} is not accepted: a positive int")
+        if (isinstance(keepalive_timeout, bool) or not isinstance(keepalive_timeout, (int, float))
+                or not keepalive_timeout > 0):
+            raise ValueError(f"serve: keepalive_timeout={keepalive_timeout!r} is not accepted: "
+                             "a positive number of seconds")
+        self.keepalive_timeout = float(keepalive_timeout)
+        self._watchdog: asyncio.Task[None] | None = None
         self.route = route
         self.host = ""
         self.port = 0
@@ -669,15 +682,37 @@ class RSocketService:
     async def _listen(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._accept, host, port)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._closed:
             writer.close()
             return
-        connection = _server.RSocketServer(
+        connection = _ServeConnection(
             _tcp.TransportTCP(reader, writer, read_buffer_size=_READ_BUFFER),
             handler_factory=lambda: _ServeHandler(self))
         self._connections.add(connection)
+
+    async def _watch(self) -> None:
+        # rsocket-py's server checks no KEEPALIVE: a client gone without closing (its
+        # machine lost, a network partition) would hold its streams, and a publisher that
+        # waits for every subscriber (a query's ForeachBatchPublisher), forever.
+        while True:
+            await asyncio.sleep(self.keepalive_timeout / 4)
+            now = time.monotonic()
+            for connection in list(self._connections):
+                # Never less than two of the client's own KEEPALIVE intervals (from SETUP).
+                allowed = max(self.keepalive_timeout, 2 * connection.keepalive_interval)
+                silent = now - connection.last_keepalive
+                if silent > allowed:
+                    self._connections.discard(connection)
+                    log.warning("RSocket service on %s: no KEEPALIVE from a client for %.1f s "
+                                "(keepalive_timeout %g s): closing its connection",
+                                self.address, silent, allowed)
+                    try:
+                        await connection.close()
+                    except Exception:
+                        log.debug("closing an RSocket connection failed", exc_info=True)
 
     @property
     def address(self) -> str:
@@ -701,6 +736,10 @@ class RSocketService:
             self._calls.release()
 
     async def _shut(self) -> None:
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -739,7 +778,8 @@ class RSocketService:
 
 def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", port: int = 0,
           route: str | None = None, *, encode: Callable[[Any], Any] | None = None,
-          prefetch: int = DEFAULT_PREFETCH) -> RSocketService:
+          prefetch: int = DEFAULT_PREFETCH,
+          keepalive_timeout: float = DEFAULT_SERVE_KEEPALIVE_TIMEOUT) -> RSocketService:
     """Serve a Publisher as an RSocket request-stream over TCP.
 
     Every remote REQUEST_STREAM subscribes to the publisher (or to a new one from the
@@ -773,6 +813,10 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     prefetch : int
         Elements asked of the local publisher ahead of those written to the socket
         (default 4096).
+    keepalive_timeout : float
+        Seconds without a KEEPALIVE frame from a client after which its connection is
+        closed and its subscriptions cancelled (default 90; never less than twice the
+        interval the client announced in SETUP). Checked every quarter of it.
 
     Returns
     -------
@@ -798,9 +842,26 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     if encode is not None and not callable(encode):
         raise TypeError(f"serve: encode={encode!r} is not accepted: a callable (element -> "
                         "bytes), or None")
-    service = RSocketService(publisher_or_factory, route, encode, prefetch)
+    service = RSocketService(publisher_or_factory, route, encode, prefetch, keepalive_timeout)
     service._start(host, port)
     return service
+
+
+class _ServeConnection(_BaseServer):  # type: ignore[misc]
+    """A client's connection to a service, which notes when the client was last heard."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last_keepalive = time.monotonic()  # the connection's start counts as one
+        self.keepalive_interval = 0.0  # the client's, from its SETUP frame
+
+    async def handle_setup(self, frame: Any) -> None:
+        self.keepalive_interval = (frame.keep_alive_milliseconds or 0) / 1000
+        await super().handle_setup(frame)
+
+    async def handle_keep_alive(self, frame: Any) -> None:
+        self.last_keepalive = time.monotonic()
+        await super().handle_keep_alive(frame)
 
 
 class _ServeHandler(_BaseRequestHandler):  # type: ignore[misc]
