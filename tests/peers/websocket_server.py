@@ -8,7 +8,15 @@ The request path says what a connection gets, so one server serves many cases:
 - ``/close/<code>/<n>``: ``n`` messages, then a close with ``code`` and reason "feed broke";
 - ``/drop/<n>``: ``n`` messages, then the TCP connection is dropped (no close frame);
 - ``/reject``: the opening handshake is refused with HTTP 403;
-- ``/raw/<index>``: one message, ``raw[index]`` as given to the server, then close 1000.
+- ``/raw/<index>``: one message, ``raw[index]`` as given to the server, then close 1000;
+- ``/rawtext/<index>``: ``raw[index]`` (bytes, UTF-8 or not) sent as a text frame, then
+  the connection is held open until the client closes it (its close code is recorded, see
+  :meth:`wait_closed_by_client`);
+- ``/deaf/<n>``: like ``/count/<n>`` but the server never reads, so a close frame from the
+  client is never seen and never answered.
+
+With ``ssl`` (an ``ssl.SSLContext``) it serves ``wss://localhost:<port>``; see
+:func:`make_tls_files` for a certificate authority of the test's own.
 
 Run as a script (``python websocket_server.py --size 100``) it prints its URL and serves
 until stdin closes, printing the messages it sent; benchmarks use that.
@@ -19,15 +27,23 @@ from __future__ import annotations
 import asyncio
 import http
 import socket
+import ssl as _ssl
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-__all__ = ["WebSocketServer", "effective_buffer", "held_beyond_demand", "text_message"]
+__all__ = ["WebSocketServer", "effective_buffer", "held_beyond_demand", "make_tls_files",
+           "text_message"]
+
+# In the fast mode (no stall watching) a sender yields to its loop every this many sends,
+# so the loop still reads (a client's close frame) and serves its other connections.
+_YIELD_EVERY = 64
 
 
 def text_message(index: int, size: int = 0) -> str:
@@ -43,6 +59,27 @@ def effective_buffer(option: int, requested: int) -> int:
         return int(probe.getsockopt(socket.SOL_SOCKET, option))
 
 
+def make_tls_files(folder: Path) -> tuple[Path, _ssl.SSLContext]:
+    """A certificate authority made for the test and a server certificate it signed for
+    ``localhost`` and 127.0.0.1 (``openssl``): returns the CA's PEM file (for a client's
+    ``SSL_CERT_FILE``) and a server context holding the certificate."""
+    def openssl(*arguments: str) -> None:
+        subprocess.run(["openssl", *arguments], cwd=folder, check=True,
+                       capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+            "/CN=websocket test CA", "-keyout", "ca.key", "-out", "ca.pem", "-addext",
+            "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+            "-keyout", "server.key", "-out", "server.csr")
+    (folder / "extensions").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-out", "server.pem", "-extfile", "extensions")
+    context = _ssl.SSLContext(_ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "server.pem", folder / "server.key")
+    return folder / "ca.pem", context
+
+
 def held_beyond_demand(message_bytes: int, receive_buffer: int, send_buffer: int,
                        write_limit: int) -> int:
     """The most messages a server can have sent (its ``send()`` returned) that a client
@@ -55,7 +92,8 @@ def held_beyond_demand(message_bytes: int, receive_buffer: int, send_buffer: int
     effective sizes (Linux doubles what is asked; these count the whole doubled size,
     although part of it is bookkeeping, so the bound is generous). Each message takes its
     payload plus a 2, 4 or 10 byte frame header on the wire (no compression, no mask from a
-    server). One more message: the one ``READ_AHEAD_FRAMES`` lets the library queue.
+    server). One more message: the library stops reading once a whole message waits
+    (``READ_AHEAD_FRAMES`` = 0), and the chunk that completed it holds only the end of it.
     """
     header = 2 if message_bytes < 126 else 4 if message_bytes < 2**16 else 10
     wire = message_bytes + header
@@ -82,16 +120,20 @@ class WebSocketServer:
     stall_ms : float, optional
         A send blocked this long counts as a stall (see :meth:`wait_stalled`); ``None``
         sends without watching (as fast as it can: benchmarks).
+    ssl : ssl.SSLContext, optional
+        Serve ``wss://`` with this context (see :func:`make_tls_files`).
     """
 
     def __init__(self, message: Callable[[int], str | bytes] | None = None,
                  raw: Sequence[str | bytes] = (), send_buffer: int | None = None,
-                 write_limit: int = 2**15, stall_ms: float | None = 200.0) -> None:
+                 write_limit: int = 2**15, stall_ms: float | None = 200.0,
+                 ssl: _ssl.SSLContext | None = None) -> None:
         self.message = message or text_message
         self.raw = list(raw)
         self.send_buffer = send_buffer
         self.write_limit = write_limit
         self.stall_s = None if stall_ms is None else stall_ms / 1000
+        self.ssl = ssl
         self.sent = 0  # completed sends, over all connections
         self.connections = 0
         self.sent_by_connection: list[int] = []  # completed sends of each, in order
@@ -109,6 +151,8 @@ class WebSocketServer:
 
     @property
     def url(self) -> str:
+        if self.ssl is not None:
+            return f"wss://localhost:{self.port}"
         return f"ws://127.0.0.1:{self.port}"
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -121,7 +165,7 @@ class WebSocketServer:
             self._stop = asyncio.Event()
             try:
                 server = await serve(self._handle, "127.0.0.1", 0, compression=None,
-                                     write_limit=self.write_limit,
+                                     write_limit=self.write_limit, ssl=self.ssl,
                                      process_request=self._process_request)
             except BaseException as error:
                 failure.append(error)
@@ -221,6 +265,13 @@ class WebSocketServer:
                 await connection.send(self.raw[int(parts[1])])
                 await connection.close()
                 return
+            if parts[0] == "rawtext":
+                await connection.send(self.raw[int(parts[1])], text=True)
+                await connection.wait_closed()
+                self._record_close(number, connection)
+                return
+            if parts[0] == "deaf":
+                connection.transport.pause_reading()
             count = -1 if parts[-1] == "inf" else int(parts[-1])
             await self._send_numbered(connection, number, count)
             if parts[0] == "close":
@@ -229,11 +280,15 @@ class WebSocketServer:
                 connection.transport.abort()
             else:
                 await connection.close()
-        except ConnectionClosed as closed:
-            with self._changed:
-                self.closed_by_client[number] = (closed.rcvd.code if closed.rcvd else None,
-                                                 closed.rcvd.reason if closed.rcvd else None)
-                self._changed.notify_all()
+        except ConnectionClosed:
+            self._record_close(number, connection)
+
+    def _record_close(self, number: int, connection: ServerConnection) -> None:
+        received = connection.protocol.close_rcvd
+        with self._changed:
+            self.closed_by_client[number] = (received.code if received else None,
+                                             received.reason if received else None)
+            self._changed.notify_all()
 
     async def _send_numbered(self, connection: ServerConnection, number: int,
                              count: int) -> None:
@@ -244,6 +299,9 @@ class WebSocketServer:
                 self.sent += 1
                 self.sent_by_connection[number] += 1
                 index += 1
+                if index % _YIELD_EVERY == 0:
+                    # A send to a client that keeps up never yields to the loop.
+                    await asyncio.sleep(0)
                 continue
             sending = asyncio.ensure_future(connection.send(self.message(index)))
             done, _ = await asyncio.wait([sending], timeout=self.stall_s)

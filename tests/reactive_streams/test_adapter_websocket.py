@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rs_support import Recorder
-from websocket_server import WebSocketServer, held_beyond_demand, text_message
+from websocket_server import WebSocketServer, held_beyond_demand, make_tls_files, text_message
 
 from reactive_streams import Publisher, collect
-from reactive_streams.adapters.websocket import WebSocketPublisher
+from reactive_streams.adapters.websocket import CLOSE_TIMEOUT_S, WebSocketPublisher
 from reactive_streams.tck.environment import TestEnvironment
 from reactive_streams.tck.publisher import LONG_MAX, PublisherVerification
 
@@ -34,6 +35,7 @@ def server() -> Iterator[WebSocketServer]:
         "null",                         # 3: JSON null
         b"\xff\xfe binary",             # 4: not UTF-8
         "[1, 2]",                       # 5: JSON array
+        b'{"a": "\xff"}',              # 6: JSON, not UTF-8 (sent as a text frame)
     ]
     with WebSocketServer(message=lambda i: text_message(i, SIZE), raw=raw, send_buffer=BUFFER,
                          write_limit=WRITE_LIMIT) as running:
@@ -93,6 +95,51 @@ def test_no_demand_leaves_the_socket_unread_so_the_servers_sends_block(
         recorder.cancel()
 
 
+# Messages larger than every buffer between the two libraries together (socket buffers of
+# 4 KiB asked for, 8 KiB given, on both sides; the server's write buffer; over wss:// the TLS
+# layer's read-ahead of receive_buffer plus one read; the client library's partial chunk):
+# a server's send completes only once its message is nearly all past its write buffer, so
+# the only messages it can have completed beyond demand are whole ones the client library
+# holds, and it stops reading once it holds one (max_queue=0). Over wss:// one more: the
+# server's TLS layer hands each encrypted message whole to its socket's transport, whose
+# buffer write_limit does not bound (there the send completes). Without the TLS read-ahead
+# bound the client's TLS layer reads 256 KiB ahead: 2 more of these messages.
+LARGE = 100_000
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    return make_tls_files(tmp_path_factory.mktemp("websocket-tls"))
+
+
+@pytest.mark.parametrize("scheme", ["ws", "wss"])
+def test_large_messages_the_library_holds_one_message_beyond_demand(
+        scheme: str, tls: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    ca, context = tls
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the client's default context trusts it
+    with WebSocketServer(message=lambda i: text_message(i, LARGE), send_buffer=BUFFER,
+                         write_limit=WRITE_LIMIT,
+                         ssl=context if scheme == "wss" else None) as large:
+        assert large.url.startswith(f"{scheme}://")
+        recorder = _subscribe(f"{large.url}/count/inf", receive_buffer=BUFFER)
+        held = 1 if scheme == "ws" else 2
+        try:
+            for requested in (0, 1, 3):
+                if requested > recorder.requested:
+                    recorder.request(requested - recorder.requested)
+                    recorder.wait_for_elements(requested)
+                sent = large.wait_stalled(timeout=10)
+                # A second frame queued by the library (max_queue >= 1) or a message read
+                # beyond demand make this 1 more; a TLS layer reading ahead 256 KiB, 2 more.
+                assert sent <= requested + held, (
+                    f"the server completed {sent} sends of {LARGE} bytes for a demand of "
+                    f"{requested}; at most {held} can be held beyond it over {scheme}://")
+            assert recorder.elements == [text_message(i, LARGE) for i in range(3)]
+            assert recorder.violations == []
+        finally:
+            recorder.cancel()
+
+
 def test_cancel_closes_the_connection_normally_even_while_the_server_is_held_back(
         server: WebSocketServer) -> None:
     connection = server.connections  # the number of the one made below
@@ -110,6 +157,25 @@ def test_cancel_closes_the_connection_normally_even_while_the_server_is_held_bac
         assert not thread.is_alive(), f"{thread.name} still runs after cancel"
     assert recorder.elements == [text_message(i, SIZE) for i in range(3)]
     assert not recorder.done.is_set()  # §3.12: no terminal signal after cancel
+
+
+def test_cancel_drops_a_connection_whose_server_never_answers_the_close(
+        server: WebSocketServer) -> None:
+    connection = server.connections
+    recorder = _subscribe(f"{server.url}/deaf/inf")
+    recorder.request(3)
+    recorder.wait_for_elements(3)
+    threads = {t for t in threading.enumerate() if t.name.startswith("websocket-publisher")}
+    recorder.cancel()
+    # The client reads and drops the endless feed while it waits for a close frame that
+    # never comes: for CLOSE_TIMEOUT_S, not the library's default 10 s; then it drops the
+    # connection, and the server's sends fail.
+    for thread in threads:
+        thread.join(CLOSE_TIMEOUT_S + 4)
+        assert not thread.is_alive(), f"{thread.name} still runs {CLOSE_TIMEOUT_S + 4} s " \
+                                      "after cancel"
+    assert server.wait_closed_by_client(connection, timeout=5) == (None, None)
+    assert not recorder.done.is_set()  # §3.12
 
 
 def test_a_normal_close_completes_after_every_message(server: WebSocketServer) -> None:
@@ -176,6 +242,12 @@ def test_formats(server: WebSocketServer, index: int, format: str, element: Any)
     (4, "text", "message 1 from {url} cannot be read as format='text': 'utf-8' codec can't "
                 "decode byte 0xff in position 0: invalid start byte; the message: "
                 "b'\\xff\\xfe binary'"),
+    (4, "json", "message 1 from {url} cannot be read as format='json': 'utf-8' codec can't "
+                "decode byte 0xff in position 0: invalid start byte; the message: "
+                "b'\\xff\\xfe binary'"),
+    (6, "json", "message 1 from {url} cannot be read as format='json': 'utf-8' codec can't "
+                "decode byte 0xff in position 7: invalid start byte; the message: "
+                "b'{{\"a\": \"\\xff\"}}'"),
 ])
 def test_a_message_the_format_cannot_read_is_an_error_naming_format_and_message(
         server: WebSocketServer, index: int, format: str, expected: str) -> None:
@@ -183,6 +255,30 @@ def test_a_message_the_format_cannot_read_is_an_error_naming_format_and_message(
     with pytest.raises(ValueError) as failure:
         collect(WebSocketPublisher(url, format=format), timeout=10)
     assert str(failure.value) == "websocket publisher: " + expected.format(url=url)
+
+
+@pytest.mark.parametrize(("index", "format", "expected"), [
+    (4, "text", "message 1 from {url} cannot be read as format='text': 'utf-8' codec can't "
+                "decode byte 0xff in position 0: invalid start byte; the message: "
+                "b'\\xff\\xfe binary'"),
+    (6, "json", "message 1 from {url} cannot be read as format='json': 'utf-8' codec can't "
+                "decode byte 0xff in position 7: invalid start byte; the message: "
+                "b'{{\"a\": \"\\xff\"}}'"),
+    (2, "json", "message 1 from {url} cannot be read as format='json': Expecting value: "
+                "line 1 column 1 (char 0); the message: 'not json at all'"),
+])
+def test_a_text_frame_the_format_cannot_read_is_an_error_and_a_close_with_1007(
+        server: WebSocketServer, index: int, format: str, expected: str) -> None:
+    # A text frame that is not UTF-8 too: the library's own decoding would close it with
+    # 1007 itself and raise ConnectionClosedError, naming neither message nor format.
+    connection = server.connections
+    url = f"{server.url}/rawtext/{index}"
+    with pytest.raises(ValueError) as failure:
+        collect(WebSocketPublisher(url, format=format), timeout=10)
+    assert str(failure.value) == "websocket publisher: " + expected.format(url=url)
+    # This client closes the connection with 1007 (invalid frame payload data).
+    assert server.wait_closed_by_client(connection, timeout=5) == (
+        1007, f"message 1 is not {format}")
 
 
 def test_headers_reach_the_opening_handshake(server: WebSocketServer) -> None:
@@ -206,9 +302,20 @@ def test_a_message_over_the_limit_is_an_error_naming_code_1009(server: WebSocket
                                     "(http://example.com isn't a valid URI: scheme isn't ws "
                                     "or wss)"),
     ({"url": "ws://h", "format": "xml"}, "format='xml' is not one of text, bytes, json"),
-    ({"url": "ws://h", "headers": {"A": 1}}, "headers must map non-empty str names to str "
-                                            "values; got ('A', 1)"),
+    ({"url": "ws://h", "headers": {"A": 1}}, "headers={'A': 1} refused: header 'A' has the "
+                                            "value 1, not a string"),
+    ({"url": "ws://h", "headers": {"X-A": "a\r\nX-B: b"}}, "header 'X-A' holds a line break"),
+    ({"url": "ws://h", "headers": {"X:Bad": "v"}}, "header name 'X:Bad' is not an HTTP token"),
+    ({"url": "ws://h", "headers": {" X-A": "v"}}, "header name ' X-A' is not an HTTP token"),
+    ({"url": "ws://h", "headers": {"": "v"}}, "header name '' is not an HTTP token"),
+    ({"url": "ws://h", "headers": {"sec-websocket-key": "x"}},
+     "header 'sec-websocket-key' is set by the WebSocket handshake itself"),
+    ({"url": "ws://h", "headers": {"Host": "x"}}, "header 'Host' is set by the WebSocket "
+                                                  "handshake itself"),
     ({"url": "ws://h", "open_timeout": 0}, "open_timeout=0 must be a positive number"),
+    ({"url": "ws://h", "open_timeout": "5"}, "open_timeout='5' must be a positive number"),
+    ({"url": "ws://h:0/"}, "url='ws://h:0/' is not a ws:// or wss:// URL (port 0 cannot be "
+                           "connected to)"),
     ({"url": "ws://h", "receive_buffer": -1}, "receive_buffer=-1 must be a positive int"),
 ])
 def test_bad_arguments_are_refused_when_the_publisher_is_made(arguments: dict[str, Any],

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import json
 import socket
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -23,14 +24,30 @@ _client = require("websockets.asyncio.client", "websocket", "the websocket publi
 _exceptions = require("websockets.exceptions", "websocket", "the websocket publisher")
 _uri = require("websockets.uri", "websocket", "the websocket publisher")
 
-__all__ = ["FORMATS", "READ_AHEAD_FRAMES", "WebSocketPublisher", "check_url", "url_problem"]
+__all__ = ["CLOSE_TIMEOUT_S", "FORMATS", "READ_AHEAD_FRAMES", "TLS_READ_AHEAD_BYTES",
+           "WebSocketPublisher", "check_url", "header_problem", "url_problem"]
 
 #: Element formats: a text frame's string, a frame's bytes, or a message parsed as JSON.
 FORMATS: Final = ("text", "bytes", "json")
 
 #: The library's read-ahead queue (``max_queue``): once more than this many frames wait
-#: to be received, it stops reading the socket until the queue is empty again.
-READ_AHEAD_FRAMES: Final = 1
+#: to be received, it stops reading the socket until the queue is empty again. 0: it
+#: stops as soon as one whole frame waits (the library supports a high-water mark of 0).
+READ_AHEAD_FRAMES: Final = 0
+
+#: Over ``wss://``, asyncio's TLS layer reads the socket on its own while the library is
+#: paused, up to a high-water mark (256 KiB by default); it is lowered to
+#: ``receive_buffer`` or, without one, to this many bytes.
+TLS_READ_AHEAD_BYTES: Final = 2**16
+
+#: Seconds cancel (or a failed message) waits for the server's close frame, reading and
+#: dropping what comes before it; then the connection is dropped.
+CLOSE_TIMEOUT_S: Final = 1.0
+
+# The handshake sets these itself; one given again would break it or the server's answer.
+_RESERVED_HEADERS: Final = ("host", "upgrade", "connection")
+_TOKEN_CHARACTERS: Final = frozenset("!#$%&'*+-.^_`|~0123456789"
+                                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 # Largest number of characters of a message quoted in an error.
 _QUOTED: Final = 60
@@ -45,13 +62,16 @@ class WebSocketPublisher(Publisher[Any]):
     unread: the kernel's receive buffer fills, TCP's window closes, and the server's sends
     block (TCP backpressure reaches the server).
 
-    What is held beyond demand: the library reads the socket in chunks and pauses after
-    each chunk that leaves more than ``READ_AHEAD_FRAMES`` (1) frame waiting, so it holds
-    at most one chunk's messages (no more than the kernel's receive buffer, at most
-    256 KiB); the kernel holds up to its receive buffer (``receive_buffer``, or the
-    system's autotuned size, which may reach megabytes); the server's kernel and library
-    hold what they were sending. None of these messages are signalled before they are
-    requested; on cancel they are lost.
+    What is held beyond demand: the library reads the socket in chunks and stops reading
+    as soon as one whole message waits to be received (``READ_AHEAD_FRAMES``, 0), so it
+    holds at most one message (up to ``max_message_bytes``) plus the rest of the chunk in
+    which that message ended (no more than the kernel's receive buffer, at most
+    256 KiB); over ``wss://`` asyncio's TLS layer also reads ahead, up to
+    ``receive_buffer`` bytes (``TLS_READ_AHEAD_BYTES``, 64 KiB, without it) plus one
+    chunk; the kernel holds up to its receive buffer (``receive_buffer``, or the system's
+    autotuned size, which may reach megabytes); the server's kernel and library hold what
+    they were sending. None of these messages are signalled before they are requested; on
+    cancel they are lost.
 
     Keepalive pings are off on this side: a subscriber that requests nothing leaves the
     server's pongs unread, so they would time out. A server that pings (a ``websockets``
@@ -68,12 +88,17 @@ class WebSocketPublisher(Publisher[Any]):
         ``json``: each message parsed as JSON (objects become dicts).
     headers : mapping of str to str, optional
         Extra HTTP headers of the opening handshake (``{"Authorization": "Bearer x"}``).
+        Names must be HTTP tokens; values may not hold line breaks; ``Host``,
+        ``Upgrade``, ``Connection`` and ``Sec-WebSocket-*`` are the handshake's own and
+        are refused.
     open_timeout : float
         Seconds allowed to connect and finish the opening handshake.
     receive_buffer : int, optional
         ``SO_RCVBUF`` of the socket in bytes, set before connecting (the kernel may
-        double it): bounds what the kernel holds beyond demand. The connection is then
-        made directly, not through a proxy.
+        double it): bounds what the kernel holds beyond demand, and over ``wss://`` what
+        the TLS layer reads ahead. The connection is then made directly, not through a
+        proxy, and an HTTP redirect from the server is not followed (it fails the
+        subscription).
     max_message_bytes : int, optional
         Largest message accepted; a larger one closes the connection (code 1009) and is
         signalled as ``on_error``. ``None``: no limit.
@@ -81,8 +106,9 @@ class WebSocketPublisher(Publisher[Any]):
     Raises
     ------
     ValueError
-        For a URL that is not ``ws://`` or ``wss://``, an unknown ``format``, headers
-        that are not strings, or a non-positive timeout or size.
+        For a URL that is not ``ws://`` or ``wss://`` (or has port 0), an unknown
+        ``format``, headers refused as above, or a timeout or size that is not a positive
+        number.
     MissingExtraError
         When ``websockets`` is not installed (``pip install 'pyspark-reactive[websocket]'``).
 
@@ -96,11 +122,14 @@ class WebSocketPublisher(Publisher[Any]):
       ``ConnectionError`` naming the URL, the code and the reason;
     - failing to connect (refused, handshake rejected, timeout) -> ``on_error`` with a
       ``ConnectionError`` naming the URL;
-    - a message the format cannot decode -> ``on_error`` with a ``ValueError`` naming the
-      format, the message's number and its start; the connection is closed.
+    - a message the format cannot decode (a text message that is not UTF-8 under
+      ``text`` or ``json`` too) -> ``on_error`` with a ``ValueError`` naming the format,
+      the message's number and its start; the connection is closed with code 1007.
 
     Cancel closes the connection with code 1000, reading and dropping what the server
-    sent meanwhile until its close frame arrives (so the closing handshake completes).
+    sent meanwhile until its close frame arrives (so the closing handshake completes), for
+    at most ``CLOSE_TIMEOUT_S`` (1 s); a server still sending then has its connection
+    dropped.
 
     Examples
     --------
@@ -119,12 +148,11 @@ class WebSocketPublisher(Publisher[Any]):
             raise ValueError(f"WebSocketPublisher: format={format!r} is not one of "
                              f"{', '.join(FORMATS)}")
         if headers is not None:
-            bad = [(k, v) for k, v in headers.items()
-                   if not isinstance(k, str) or not isinstance(v, str) or not k]
-            if bad:
-                raise ValueError("WebSocketPublisher: headers must map non-empty str names "
-                                 f"to str values; got {bad[0]!r}")
-        if not open_timeout > 0:
+            problem = header_problem(headers)
+            if problem is not None:
+                raise ValueError(f"WebSocketPublisher: headers={headers!r} refused: {problem}")
+        if (isinstance(open_timeout, bool) or not isinstance(open_timeout, (int, float))
+                or not open_timeout > 0):
             raise ValueError(f"WebSocketPublisher: open_timeout={open_timeout!r} must be a "
                              "positive number of seconds")
         for name, size in (("receive_buffer", receive_buffer),
@@ -162,6 +190,36 @@ def url_problem(url: object) -> str | None:
         _uri.parse_uri(url)
     except Exception as error:
         return str(error)
+    try:
+        port = urllib.parse.urlsplit(url).port
+    except ValueError as error:
+        return str(error)
+    if port == 0:
+        # websockets would take it for no port and connect to 80 or 443.
+        return "port 0 cannot be connected to"
+    return None
+
+
+def header_problem(headers: Mapping[Any, Any]) -> str | None:
+    """Why ``headers`` cannot be sent in the opening handshake, or ``None`` when they can.
+
+    Names must be HTTP tokens (RFC 9110: letters, digits and ``!#$%&'*+-.^_`|~``), values
+    str without line breaks; ``Host``, ``Upgrade``, ``Connection`` and ``Sec-WebSocket-*``
+    are set by the handshake itself.
+    """
+    for name, value in headers.items():
+        if not isinstance(name, str):
+            return f"header name {name!r} is not a string"
+        if not isinstance(value, str):
+            return f"header {name!r} has the value {value!r}, not a string"
+        if not name or not set(name) <= _TOKEN_CHARACTERS:
+            return (f"header name {name!r} is not an HTTP token (letters, digits and "
+                    "!#$%&'*+-.^_`|~ only, no spaces or colons)")
+        if any(c in value for c in "\r\n\0"):
+            return f"header {name!r} holds a line break or NUL"
+        if name.lower() in _RESERVED_HEADERS or name.lower().startswith("sec-websocket-"):
+            return (f"header {name!r} is set by the WebSocket handshake itself (Host, "
+                    "Upgrade, Connection and Sec-WebSocket-* cannot be given)")
     return None
 
 
@@ -173,19 +231,27 @@ def check_url(url: object) -> None:
                          f"({problem})")
 
 
-def _quoted(message: str | bytes) -> str:
-    shown = repr(message[:_QUOTED])
-    return shown + (f"... ({len(message)} in all)" if len(message) > _QUOTED else "")
+def _quoted(message: bytes) -> str:
+    shown: str | bytes = message
+    try:
+        shown = message.decode("utf-8")  # quoted as text when it is text
+    except UnicodeDecodeError:
+        pass
+    quoted = repr(shown[:_QUOTED])
+    return quoted + (f"... ({len(shown)} in all)" if len(shown) > _QUOTED else "")
 
 
-def _decoder(format: str) -> Callable[[str | bytes], Any]:
+def _decoder(format: str) -> Callable[[bytes], Any]:
+    # Messages come as bytes, text frames too: a text frame that is not UTF-8 is then an
+    # error of this format (the library's own decoding would close with 1007 itself and
+    # raise ConnectionClosedError, hiding the message's number and start).
     if format == "text":
-        return lambda m: m if isinstance(m, str) else m.decode("utf-8")
+        return lambda m: m.decode("utf-8")
     if format == "bytes":
-        return lambda m: m if isinstance(m, bytes) else m.encode("utf-8")
+        return lambda m: m
 
-    def parse(message: str | bytes) -> Any:
-        value = json.loads(message)
+    def parse(message: bytes) -> Any:
+        value = json.loads(message.decode("utf-8"))
         if value is None:
             raise ValueError("it is JSON null, which cannot be an element (§2.13)")
         return value
@@ -246,9 +312,13 @@ class _Feed(Source[Any]):
         except asyncio.CancelledError:
             return
         except Exception as error:
+            hint = ""
+            if self._publisher.receive_buffer is not None and "redirect" in str(error):
+                hint = (" (a redirect is not followed when receive_buffer, the built-in's "
+                        "receiveBufferBytes, is set: give the URL it redirects to)")
             self._end(ConnectionError(
                 f"websocket publisher: could not connect to {url}: "
-                f"{type(error).__name__}: {error}"), error)
+                f"{type(error).__name__}: {error}{hint}"), error)
             return
         terminal: Terminal | None = None
         cause: BaseException | None = None
@@ -261,20 +331,12 @@ class _Feed(Source[Any]):
                     self._wake.clear()
                     await self._wake.wait()
                 try:
-                    message = await connection.recv(decode=False if self._publisher.format
-                                                    == "bytes" else None)
+                    message = await connection.recv(decode=False)
                 except _exceptions.ConnectionClosedOK:
                     terminal = COMPLETE
                     return
                 except _exceptions.ConnectionClosed as closed:
                     terminal, cause = self._abnormal_close(closed), closed
-                    return
-                except UnicodeDecodeError as error:
-                    # The library fails the connection itself (code 1007).
-                    terminal, cause = ValueError(
-                        f"websocket publisher: message {received + 1} from {url} is a text "
-                        f"frame that is not valid UTF-8 (format={self._publisher.format!r}): "
-                        f"{error}"), error
                     return
                 received += 1
                 try:
@@ -301,7 +363,7 @@ class _Feed(Source[Any]):
         options: dict[str, Any] = {}
         if publisher.receive_buffer is not None:
             options["sock"] = await asyncio.wait_for(self._socket(), publisher.open_timeout)
-        return await _client.connect(
+        connection = await _client.connect(
             publisher.url,
             additional_headers=publisher.headers or None,
             open_timeout=publisher.open_timeout,
@@ -309,7 +371,14 @@ class _Feed(Source[Any]):
             ping_interval=None,
             max_queue=READ_AHEAD_FRAMES,
             max_size=publisher.max_message_bytes,
+            close_timeout=CLOSE_TIMEOUT_S,
             **options)
+        if connection.transport.get_extra_info("sslcontext") is not None:
+            # asyncio's TLS layer keeps reading the socket while the library is paused,
+            # until its own buffer reaches this mark (256 KiB by default).
+            connection.transport.set_read_buffer_limits(
+                high=publisher.receive_buffer or TLS_READ_AHEAD_BYTES)
+        return connection
 
     async def _socket(self) -> socket.socket:
         """A TCP socket with ``SO_RCVBUF`` set before it connects (the window scale is
@@ -357,8 +426,9 @@ class _Feed(Source[Any]):
 
     async def _close(self, connection: Any, code: int, reason: str) -> None:
         # The server's close frame comes after what it already sent, which waits unread
-        # when there was no demand: read and drop it until the handshake completes (the
-        # library's close_timeout, 10 s, bounds this; then it drops the connection).
+        # when there was no demand: read and drop it until the handshake completes. The
+        # library's close_timeout (CLOSE_TIMEOUT_S) bounds this: a server that keeps
+        # sending without reading our close frame has its connection dropped then.
         closing = asyncio.ensure_future(connection.close(code, reason))
         try:
             while not closing.done():
