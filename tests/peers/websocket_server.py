@@ -8,6 +8,7 @@ The request path says what a connection gets, so one server serves many cases:
 - ``/close/<code>/<n>``: ``n`` messages, then a close with ``code`` and reason "feed broke";
 - ``/drop/<n>``: ``n`` messages, then the TCP connection is dropped (no close frame);
 - ``/reject``: the opening handshake is refused with HTTP 403;
+- ``/redirect/<path>``: the opening handshake is answered with HTTP 302 to ``/<path>``;
 - ``/raw/<index>``: one message, ``raw[index]`` as given to the server, then close 1000;
 - ``/rawtext/<index>``: ``raw[index]`` (bytes, UTF-8 or not) sent as a text frame, then
   the connection is held open until the client closes it (its close code is recorded, see
@@ -247,6 +248,10 @@ class WebSocketServer:
             self.request_headers.append({k: v for k, v in request.headers.raw_items()})
         if request.path == "/reject":
             return connection.respond(http.HTTPStatus.FORBIDDEN, "no entry for this test\n")
+        if request.path.startswith("/redirect/"):
+            response = connection.respond(http.HTTPStatus.FOUND, "")
+            response.headers["Location"] = request.path.removeprefix("/redirect")
+            return response
         return None
 
     async def _handle(self, connection: ServerConnection) -> None:

@@ -281,6 +281,18 @@ def test_a_text_frame_the_format_cannot_read_is_an_error_and_a_close_with_1007(
         1007, f"message 1 is not {format}")
 
 
+def test_a_redirect_is_followed_unless_receive_buffer_is_set(server: WebSocketServer) -> None:
+    url = f"{server.url}/redirect/count/2"
+    assert collect(WebSocketPublisher(url), timeout=10) == [text_message(i, SIZE)
+                                                             for i in range(2)]
+    # The socket made for SO_RCVBUF cannot be reused for the other URL.
+    with pytest.raises(ConnectionError) as failure:
+        collect(WebSocketPublisher(url, receive_buffer=BUFFER), timeout=10)
+    assert str(failure.value).endswith(
+        "(a redirect is not followed when receive_buffer, the built-in's receiveBufferBytes, "
+        "is set: give the URL it redirects to)"), str(failure.value)
+
+
 def test_headers_reach_the_opening_handshake(server: WebSocketServer) -> None:
     seen = len(server.request_headers)
     publisher = WebSocketPublisher(f"{server.url}/count/1",
