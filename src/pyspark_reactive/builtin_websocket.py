@@ -10,7 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from reactive_streams import Publisher
-from reactive_streams.adapters.websocket import FORMATS, WebSocketPublisher, url_problem
+from reactive_streams.adapters.websocket import (
+    FORMATS,
+    WebSocketPublisher,
+    header_problem,
+    url_problem,
+)
 
 from .options import MAX_MILLISECONDS, OptionError, choice_option, optional_int_option
 
@@ -38,11 +43,17 @@ def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     options : mapping of str to str
         ``url`` (required: ``ws://`` or ``wss://``); ``format`` (``text``, default:
         one ``value STRING`` per message; ``bytes``: ``value BINARY``; ``json``: each
-        message parsed into the schema given, objects by field name);
-        ``headers`` (a JSON object of extra handshake headers); ``openTimeoutMs``
-        (default 10000); ``receiveBufferBytes`` (``SO_RCVBUF``: bounds what the kernel
-        holds beyond demand; default: the system's); ``maxMessageBytes`` (default
-        1048576; a larger message fails the query).
+        message parsed into the schema given, objects by field name: a field the schema
+        does not name fails the query, so for feeds with more fields read ``format=text``
+        and parse with ``from_json``, which ignores them);
+        ``headers`` (a JSON object of extra handshake headers: names HTTP tokens, values
+        without line breaks; ``Host``, ``Upgrade``, ``Connection`` and
+        ``Sec-WebSocket-*`` are refused); ``openTimeoutMs`` (default 10000);
+        ``receiveBufferBytes`` (``SO_RCVBUF``: bounds what the kernel holds beyond
+        demand, and over ``wss://`` what the TLS layer reads ahead; default: the
+        system's, and 64 KiB for the TLS layer; with it, HTTP redirects are not
+        followed); ``maxMessageBytes`` (default 1048576; a larger message fails the
+        query).
 
     Returns
     -------
@@ -113,8 +124,6 @@ def _url(url: str | None) -> str:
     return url.strip()
 
 
-
-
 def _headers(text: str | None) -> dict[str, str] | None:
     if text is None or not text.strip():
         return None
@@ -126,11 +135,7 @@ def _headers(text: str | None) -> dict[str, str] | None:
     if not isinstance(headers, dict):
         raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; it is a JSON "
                                            f"{type(headers).__name__}, not an object")
-    for name, value in headers.items():
-        if not name.strip() or not isinstance(value, str):
-            raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; header {name!r} has "
-                                               f"the value {value!r}, not a string")
-        if any(c in name + value for c in "\r\n"):
-            raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; header {name!r} holds "
-                                               "a line break")
+    problem = header_problem(headers)
+    if problem is not None:
+        raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; {problem}")
     return headers

@@ -57,7 +57,8 @@ def test_a_slow_query_holds_the_server_back_and_every_row_arrives_once_in_order(
             return
         # The source has asked for the next PER_BATCH rows and nothing more; the
         # publisher reads those, then leaves the socket unread: the server's sends block.
-        held.append((len(seen), server.wait_stalled(timeout=60)))
+        # The publisher reads the batch's rows at once: the sends block within a second.
+        held.append((len(seen), server.wait_stalled(timeout=15)))
 
     with WebSocketServer(message=numbered, send_buffer=BUFFER,
                          write_limit=WRITE_LIMIT) as server:
@@ -142,6 +143,16 @@ def test_load_checks_the_options_and_connects_nowhere(spark: SparkSession) -> No
     ({"url": "ws://h", "headers": '{"X-Id": 7}'}, "header 'X-Id' has the value 7, not a "
                                                   "string"),
     ({"url": "ws://h", "headers": '{"X": "a\\r\\nY: b"}'}, "header 'X' holds a line break"),
+    ({"url": "ws://h", "headers": '{"X: Y": "b"}'}, "option headers='{\"X: Y\": \"b\"}' is not "
+                                                  "accepted: a JSON object of header names "
+                                                  "to string values, such as '{\"Authorization"
+                                                  "\": \"Bearer x\"}'; header name 'X: Y' is "
+                                                  "not an HTTP token"),
+    ({"url": "ws://h", "headers": '{"Sec-WebSocket-Protocol": "chat"}'},
+     "header 'Sec-WebSocket-Protocol' is set by the WebSocket handshake itself (Host, "
+     "Upgrade, Connection and Sec-WebSocket-* cannot be given)"),
+    ({"url": "ws://h:0/"}, "option url='ws://h:0/' is not accepted: a ws:// or wss:// URL "
+                           "such as ws://127.0.0.1:8765/feed (port 0 cannot be connected to)"),
     ({"url": "ws://h", "openTimeoutMs": "0"}, "option openTimeoutMs='0' is not accepted: a "
                                               "positive integer"),
     ({"url": "ws://h", "receiveBufferBytes": "4k"}, "option receiveBufferBytes='4k' is not "
