@@ -137,8 +137,8 @@ def test_a_server_that_stops_answering_fails_the_stream() -> None:
     # max_lifetime; its default handler does nothing, and the stream would hang.
     with CountingServer(count=10**6) as peer:
         recorder = Recorder(initial=5)
-        RSocketPublisher("127.0.0.1", peer.port, route="r", keepalive_interval=0.1,
-                         keepalive_timeout=0.5).subscribe(recorder)
+        RSocketPublisher("127.0.0.1", peer.port, route="r", keepalive_interval=0.2,
+                         keepalive_timeout=1.0).subscribe(recorder)
         recorder.wait_for_elements(5)
         peer.stall()
         recorder.request(5)  # unanswered
@@ -147,7 +147,7 @@ def test_a_server_that_stops_answering_fails_the_stream() -> None:
     assert len(recorder.errors) == 1 and len(recorder.elements) == 5
     assert isinstance(recorder.errors[0], RemoteStreamError)
     assert re.search(rf"127\.0\.0\.1:{peer.port} \(route 'r'\): connection lost: no KEEPALIVE "
-                     r"answer for \d+\.\d s \(keepalive_timeout 0\.5 s\)",
+                     r"answer for \d+\.\d s \(keepalive_timeout 1 s\)",
                      str(recorder.errors[0])), recorder.errors[0]
 
 
