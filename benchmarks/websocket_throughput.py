@@ -7,7 +7,7 @@ its own on 127.0.0.1, sending ``--rows`` numbered text messages of ``--size`` ch
 on each connection as fast as the connection takes them, then closing normally.
 (a) The ceiling: a plain ``websockets`` asyncio client in this process receives every
 message into a list; rows/s from connecting to the close; the better of the library's
-defaults and the adapter's settings (``max_queue=1``, no keepalive pings).
+defaults and the adapter's settings (``max_queue=0``, no keepalive pings).
 (c) ``WebSocketPublisher`` (the adapter the built-in uses) into a subscriber that counts,
 requesting ``--batch`` at a time, in this process, no Spark. (b) A query reads the stream
 with ``publisher=websocket`` (``format=text``, ``maxRecordsPerTrigger=--batch``) into
@@ -40,12 +40,12 @@ from websockets.asyncio.client import connect
 
 from pyspark_reactive import local_session
 from reactive_streams import SyncSubscriber
-from reactive_streams.adapters.websocket import WebSocketPublisher
+from reactive_streams.adapters.websocket import READ_AHEAD_FRAMES, WebSocketPublisher
 
 PEERS = Path(__file__).resolve().parent.parent / "tests" / "peers"
 # The plain client once more with the adapter's settings: the ceiling is the better of the
 # two, so that the adapter is not measured against a client handicapped by its defaults.
-LIKE_THE_ADAPTER = {"max_queue": 1, "ping_interval": None}
+LIKE_THE_ADAPTER = {"max_queue": READ_AHEAD_FRAMES, "ping_interval": None}
 
 
 def ceiling(url: str, rows: int, **settings: object) -> float:
@@ -124,10 +124,12 @@ def main() -> None:
             alone = max(alone, adapter(url, args.rows, args.batch))
         plain = max(default, tuned)
         spark = local_session()
-        into_spark(spark, url, args.rows, args.batch)  # warm-up
-        spark_rate = max(into_spark(spark, url, args.rows, args.batch)
-                         for _ in range(args.repeat))
-        spark.stop()
+        try:
+            into_spark(spark, url, args.rows, args.batch)  # warm-up
+            spark_rate = max(into_spark(spark, url, args.rows, args.batch)
+                             for _ in range(args.repeat))
+        finally:
+            spark.stop()
     finally:
         if server.stdin is not None:
             server.stdin.close()
@@ -139,7 +141,7 @@ def main() -> None:
           f"{websockets.__version__}, {args.rows} messages of {args.size} characters per "
           f"run, maxRecordsPerTrigger={args.batch}, best of {args.repeat}")
     print(f"(a) plain websockets client (ceiling): {plain:,.0f} rows/s (library defaults "
-          f"{default:,.0f}; max_queue=1, no pings {tuned:,.0f})")
+          f"{default:,.0f}; max_queue={READ_AHEAD_FRAMES}, no pings {tuned:,.0f})")
     print(f"(c) WebSocketPublisher alone, no Spark: {alone:,.0f} rows/s "
           f"= {alone / plain:.0%} of the ceiling")
     print(f"(b) publisher=websocket into Spark (noop): {spark_rate:,.0f} rows/s "
