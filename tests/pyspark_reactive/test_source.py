@@ -177,7 +177,12 @@ def test_available_now_waits_for_a_publisher_slower_to_start_than_fill_wait(
     query, name = to_memory(df, queries, tmp_path, availableNow=True)
     assert watch.wait_terminated(query) is None
     rows = sorted(r.value for r in spark.table(name).collect())
-    assert rows == list(range(40))
+    if ADMISSION_CONTROL:
+        assert rows == list(range(40))
+    else:
+        # Spark 4.0/4.1 never tells a Python source that availableNow runs (README: Spark
+        # versions): its one batch holds what arrived within fillWaitMs, nothing here.
+        assert rows == []
 
 
 def test_a_factory_s_default_schema_is_the_schema_when_none_is_given(
