@@ -124,18 +124,22 @@ def _url(url: str | None) -> str:
     return url.strip()
 
 
+# Headers carry credentials (Authorization), so errors never show the option's value.
+_HIDDEN = "(hidden)"
+
+
 def _headers(text: str | None) -> dict[str, str] | None:
     if text is None or not text.strip():
         return None
     try:
         headers = json.loads(text)
     except ValueError as error:
-        raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; it is not JSON: "
-                                           f"{error}") from None
+        raise OptionError("headers", _HIDDEN, f"{_HEADERS_ACCEPTED}; it is not JSON: "
+                                              f"{error.args[0].split(':')[0]}") from None
     if not isinstance(headers, dict):
-        raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; it is a JSON "
-                                           f"{type(headers).__name__}, not an object")
+        raise OptionError("headers", _HIDDEN, f"{_HEADERS_ACCEPTED}; it is a JSON "
+                                              f"{type(headers).__name__}, not an object")
     problem = header_problem(headers)
     if problem is not None:
-        raise OptionError("headers", text, f"{_HEADERS_ACCEPTED}; {problem}")
+        raise OptionError("headers", _HIDDEN, f"{_HEADERS_ACCEPTED}; {problem}")
     return headers

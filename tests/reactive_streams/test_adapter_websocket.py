@@ -317,8 +317,8 @@ def test_a_message_over_the_limit_is_an_error_naming_code_1009(server: WebSocket
                                     "(http://example.com isn't a valid URI: scheme isn't ws "
                                     "or wss)"),
     ({"url": "ws://h", "format": "xml"}, "format='xml' is not one of text, bytes, json"),
-    ({"url": "ws://h", "headers": {"A": 1}}, "headers={'A': 1} refused: header 'A' has the "
-                                            "value 1, not a string"),
+    ({"url": "ws://h", "headers": {"A": 1}}, "headers (named ['A']) refused: header 'A' has a "
+                                            "value of type int, not a string"),
     ({"url": "ws://h", "headers": {"X-A": "a\r\nX-B: b"}}, "header 'X-A' holds a line break"),
     ({"url": "ws://h", "headers": {"X:Bad": "v"}}, "header name 'X:Bad' is not an HTTP token"),
     ({"url": "ws://h", "headers": {" X-A": "v"}}, "header name ' X-A' is not an HTTP token"),

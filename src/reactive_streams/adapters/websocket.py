@@ -150,7 +150,9 @@ class WebSocketPublisher(Publisher[Any]):
         if headers is not None:
             problem = header_problem(headers)
             if problem is not None:
-                raise ValueError(f"WebSocketPublisher: headers={headers!r} refused: {problem}")
+                # Only the names: header values carry credentials (Authorization).
+                raise ValueError(f"WebSocketPublisher: headers (named {list(headers)!r}) "
+                                 f"refused: {problem}")
         if (isinstance(open_timeout, bool) or not isinstance(open_timeout, (int, float))
                 or not open_timeout > 0):
             raise ValueError(f"WebSocketPublisher: open_timeout={open_timeout!r} must be a "
@@ -211,7 +213,8 @@ def header_problem(headers: Mapping[Any, Any]) -> str | None:
         if not isinstance(name, str):
             return f"header name {name!r} is not a string"
         if not isinstance(value, str):
-            return f"header {name!r} has the value {value!r}, not a string"
+            # The value is not shown: headers carry credentials (Authorization).
+            return f"header {name!r} has a value of type {type(value).__name__}, not a string"
         if not name or not set(name) <= _TOKEN_CHARACTERS:
             return (f"header name {name!r} is not an HTTP token (letters, digits and "
                     "!#$%&'*+-.^_`|~ only, no spaces or colons)")
@@ -373,11 +376,12 @@ class _Feed(Source[Any]):
             max_size=publisher.max_message_bytes,
             close_timeout=CLOSE_TIMEOUT_S,
             **options)
-        if connection.transport.get_extra_info("sslcontext") is not None:
+        limit_reads = getattr(connection.transport, "set_read_buffer_limits", None)
+        if connection.transport.get_extra_info("sslcontext") is not None and limit_reads:
             # asyncio's TLS layer keeps reading the socket while the library is paused,
-            # until its own buffer reaches this mark (256 KiB by default).
-            connection.transport.set_read_buffer_limits(
-                high=publisher.receive_buffer or TLS_READ_AHEAD_BYTES)
+            # until its own buffer reaches this mark (256 KiB by default). Python 3.10's
+            # TLS transport has no such limit to set: there the read-ahead is its own.
+            limit_reads(high=publisher.receive_buffer or TLS_READ_AHEAD_BYTES)
         return connection
 
     async def _socket(self) -> socket.socket:
