@@ -26,7 +26,6 @@ import argparse
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient  # noqa: E402
 from pyspark_reactive import local_session  # noqa: E402
 from reactive_streams import SyncSubscriber  # noqa: E402
 from reactive_streams.adapters.rsocket import RSocketPublisher  # noqa: E402
+from spark_timing import available_now_rate  # noqa: E402
 
 
 def ceiling(port: int, rows: int) -> float:
@@ -77,17 +77,7 @@ def into_spark(spark: object, port: int, rows: int, batch: int) -> float:
           .option("publisher", "rsocket").option("host", "127.0.0.1")
           .option("port", port).option("data", rows).option("format", "bytes")
           .option("maxRecordsPerTrigger", batch).load())
-    with tempfile.TemporaryDirectory() as checkpoint:
-        began = time.perf_counter()
-        query = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-        took = time.perf_counter() - began
-        if query.exception() is not None:
-            raise RuntimeError(f"the query failed: {query.exception()}")
-        done = sum(p.numInputRows for p in query.recentProgress)
-        assert done == rows, f"{done} rows of {rows}"
-    return rows / took
+    return available_now_rate(df, rows)
 
 
 def main() -> None:

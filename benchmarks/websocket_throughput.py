@@ -30,7 +30,6 @@ import asyncio
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from websockets.asyncio.client import connect
 from pyspark_reactive import local_session
 from reactive_streams import SyncSubscriber
 from reactive_streams.adapters.websocket import READ_AHEAD_FRAMES, WebSocketPublisher
+from spark_timing import available_now_rate
 
 PEERS = Path(__file__).resolve().parent.parent / "tests" / "peers"
 # The plain client once more with the adapter's settings: the ceiling is the better of the
@@ -87,17 +87,7 @@ def into_spark(spark: object, url: str, rows: int, batch: int) -> float:
     df = (spark.readStream.format("reactive")  # type: ignore[attr-defined]
           .option("publisher", "websocket").option("url", url)
           .option("maxRecordsPerTrigger", batch).load())
-    with tempfile.TemporaryDirectory() as checkpoint:
-        began = time.perf_counter()
-        query = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-        took = time.perf_counter() - began
-        if query.exception() is not None:
-            raise RuntimeError(f"the query failed: {query.exception()}")
-        done = sum(p.numInputRows for p in query.recentProgress)
-        assert done == rows, f"{done} rows of {rows}"
-    return rows / took
+    return available_now_rate(df, rows)
 
 
 def main() -> None:
