@@ -37,9 +37,8 @@ sys.path.insert(0, str(PEERS))
 from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient  # noqa: E402
 
 from pyspark_reactive import local_session  # noqa: E402
-from reactive_streams import SyncSubscriber  # noqa: E402
 from reactive_streams.adapters.rsocket import RSocketPublisher  # noqa: E402
-from spark_timing import available_now_rate  # noqa: E402
+from throughput_timing import available_now_rate, subscriber_rate  # noqa: E402
 
 
 def ceiling(port: int, rows: int) -> float:
@@ -53,22 +52,11 @@ def ceiling(port: int, rows: int) -> float:
     return rows / took
 
 
-class _Counter(SyncSubscriber[bytes]):
-    count = 0
-
-    def on_element(self, element: bytes) -> None:
-        self.count += 1
-
 
 def adapter(port: int, rows: int, batch: int) -> float:
     """Rows/s of one stream of ``rows`` payloads through RSocketPublisher, no Spark."""
-    counter = _Counter(batch_size=batch)
-    began = time.perf_counter()
-    RSocketPublisher("127.0.0.1", port, data=str(rows).encode()).subscribe(counter)
-    counter.join(timeout=600)
-    took = time.perf_counter() - began
-    assert counter.count == rows, counter.count
-    return rows / took
+    publisher = RSocketPublisher("127.0.0.1", port, data=str(rows).encode())
+    return subscriber_rate(publisher, rows, batch)
 
 
 def into_spark(spark: object, port: int, rows: int, batch: int) -> float:

@@ -38,9 +38,8 @@ import websockets
 from websockets.asyncio.client import connect
 
 from pyspark_reactive import local_session
-from reactive_streams import SyncSubscriber
 from reactive_streams.adapters.websocket import READ_AHEAD_FRAMES, WebSocketPublisher
-from spark_timing import available_now_rate
+from throughput_timing import available_now_rate, subscriber_rate
 
 PEERS = Path(__file__).resolve().parent.parent / "tests" / "peers"
 # The plain client once more with the adapter's settings: the ceiling is the better of the
@@ -64,22 +63,10 @@ def ceiling(url: str, rows: int, **settings: object) -> float:
     return rows / took
 
 
-class _Counter(SyncSubscriber[str]):
-    count = 0
-
-    def on_element(self, element: str) -> None:
-        self.count += 1
-
 
 def adapter(url: str, rows: int, batch: int) -> float:
     """Rows/s of one connection's ``rows`` messages through WebSocketPublisher, no Spark."""
-    counter = _Counter(batch_size=batch)
-    began = time.perf_counter()
-    WebSocketPublisher(url).subscribe(counter)
-    counter.join(timeout=600)
-    took = time.perf_counter() - began
-    assert counter.count == rows, counter.count
-    return rows / took
+    return subscriber_rate(WebSocketPublisher(url), rows, batch)
 
 
 def into_spark(spark: object, url: str, rows: int, batch: int) -> float:

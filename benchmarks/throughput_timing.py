@@ -1,11 +1,33 @@
-"""Timing a streaming DataFrame into Spark's ``noop`` sink, shared by the benchmarks of
-the built-in network publishers (rsocket, websocket)."""
+"""Timings shared by the benchmarks of the network publishers (rsocket, websocket): a
+publisher into a counting subscriber, and a streaming DataFrame into Spark's ``noop``
+sink."""
 
 from __future__ import annotations
 
 import tempfile
 import time
 from typing import Any
+
+from reactive_streams import Publisher, SyncSubscriber
+
+
+class _Counter(SyncSubscriber[Any]):
+    count = 0
+
+    def on_element(self, element: Any) -> None:
+        self.count += 1
+
+
+def subscriber_rate(publisher: Publisher[Any], rows: int, batch: int) -> float:
+    """Rows/s of ``publisher``'s ``rows`` elements into a subscriber that requests
+    ``batch`` at a time and only counts, from ``subscribe`` to the end of the stream."""
+    counter = _Counter(batch_size=batch)
+    began = time.perf_counter()
+    publisher.subscribe(counter)
+    counter.join(timeout=600)
+    took = time.perf_counter() - began
+    assert counter.count == rows, counter.count
+    return rows / took
 
 
 def available_now_rate(df: Any, rows: int) -> float:
