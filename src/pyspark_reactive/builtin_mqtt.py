@@ -21,6 +21,7 @@ from reactive_streams.adapters.mqtt import (
     check_topic_filter,
 )
 
+from .builtin import json_columns, keep_columns
 from .options import (
     DEFAULT_MAX_RECORDS_PER_TRIGGER,
     MAX_MILLISECONDS,
@@ -137,7 +138,8 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         raise OptionError("badPayloads", lower["badpayloads"],
                           "fail, or skip only with format=json (format=message takes every "
                           "payload as it is)")
-    decode = (functools.partial(_parse_json, skip=bad_payloads == "skip")
+    decode = (functools.partial(_parse_json, skip=bad_payloads == "skip",
+                                columns=json_columns(options))
               if format == "json" else _columns)
     return MqttPublisher(
         host, topic, port=port, qos=1 if qos is None else qos, client_id=client_id,
@@ -197,14 +199,16 @@ def _columns(message: MqttMessage) -> dict[str, Any]:
                                                          datetime.timezone.utc)}
 
 
-def _parse_json(message: MqttMessage, skip: bool = False) -> Any:
+def _parse_json(message: MqttMessage, skip: bool = False,
+                columns: frozenset[str] | None = None) -> Any:
     try:
         value = json.loads(message.payload)
     except ValueError as error:
         problem = f"is not JSON ({error})"
     else:
         if value is not None:
-            return value
+            # Fields the rows have no column for are left out, as from_json does.
+            return keep_columns(value, columns)
         problem = "is JSON null, not a row"
     shown = message.payload[:80]
     where = f"format=json: the payload {shown!r} of a message of topic {message.topic!r}"

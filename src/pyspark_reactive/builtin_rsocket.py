@@ -5,12 +5,14 @@ REQUEST_N). Made in the source runner; it connects only when the source subscrib
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from reactive_streams import Publisher
 
+from .builtin import json_columns, keep_columns
 from .options import OptionError, choice_option, optional_int_option
 
 __all__ = ["FORMATS", "rsocket_publisher"]
@@ -92,7 +94,11 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         raise OptionError("route", route, f"at most {MAX_ROUTE_BYTES} bytes in UTF-8 (RSocket's "
                           "routing tag)")
     keepalive_timeout = optional_int_option(lower, "keepaliveTimeout", 2, 86400)
-    mime_type, decode = FORMATS[choice_option(lower, "format", FORMATS, "bytes")]
+    format = choice_option(lower, "format", FORMATS, "bytes")
+    mime_type, decode = FORMATS[format]
+    if format == "json":
+        # Fields the rows have no column for are left out, as from_json does.
+        decode = functools.partial(_json_row, columns=json_columns(options))
     resume = getattr(options, "resume", None)
     offset = resume.offset if resume is not None else 0
     data = lower.get("data", "").replace("{offset}", str(offset))
@@ -101,6 +107,10 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
                             data_mime_type=mime_type, keepalive_timeout=timeout,
                             keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4))
+
+
+def _json_row(data: bytes, columns: frozenset[str] | None) -> Any:
+    return keep_columns(json.loads(data), columns)
 
 
 def _default_schema(options: Mapping[str, str]) -> str:

@@ -17,6 +17,7 @@ from reactive_streams.adapters.websocket import (
     url_problem,
 )
 
+from .builtin import json_columns
 from .options import MAX_MILLISECONDS, OptionError, choice_option, optional_int_option
 
 __all__ = ["DEFAULT_OPEN_TIMEOUT_MS", "websocket_publisher"]
@@ -93,7 +94,9 @@ isn't a valid URI: scheme isn't ws or wss)
         url, format=format, headers=headers,
         open_timeout=(open_timeout or DEFAULT_OPEN_TIMEOUT_MS) / 1000,
         receive_buffer=receive_buffer,
-        max_message_bytes=max_message or DEFAULT_MAX_MESSAGE_BYTES)
+        max_message_bytes=max_message or DEFAULT_MAX_MESSAGE_BYTES,
+        # format=json: fields the rows have no column for are left out, as from_json does.
+        fields=json_columns(options) if format == "json" else None)
 
 
 def default_schema(options: Mapping[str, str]) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .options import CaseInsensitiveOptions
 
@@ -54,8 +55,12 @@ class ResumePoint:
 
 class FactoryOptions(CaseInsensitiveOptions):
     """The options a publisher factory is called with: the reader's options (names compare
-    case-insensitively) and :attr:`resume`, where a resumable publisher starts."""
+    case-insensitively), :attr:`resume`, where a resumable publisher starts, and
+    :attr:`schema`, the ``StructType`` the source makes rows of (``None`` where unknown:
+    a factory called only to check its options)."""
 
-    def __init__(self, options: Mapping[str, str], resume: ResumePoint | None = None) -> None:
+    def __init__(self, options: Mapping[str, str], resume: ResumePoint | None = None,
+                 schema: Any = None) -> None:
         super().__init__(options)
         self.resume = resume if resume is not None else ResumePoint()
+        self.schema = schema

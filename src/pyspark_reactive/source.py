@@ -224,6 +224,7 @@ class _QueryRun:
     def __init__(self, options: SourceOptions, schema: StructType,
                  factory: Factory | None) -> None:
         self.options = options
+        self.schema = schema
         self.converter = RowConverter(schema)
         self.arrow_schema = arrow_schema(schema)
         self.factory = factory
@@ -521,7 +522,7 @@ class _QueryRun:
         key = None
         if self.wal is not None and self.recovered and self.recovered[-1].entry is not None:
             key = self.wal.key(self.recovered[-1].entry)
-        options = FactoryOptions(self.options.raw, ResumePoint(base, key))
+        options = FactoryOptions(self.options.raw, ResumePoint(base, key), self.schema)
         factory = self.factory or resolve_factory(self.options.publisher)
         name = ("the factory given to read_stream()" if self.factory
                 else f"the factory of publisher={self.options.publisher!r}")

@@ -12,7 +12,7 @@ import collections
 import json
 import socket
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from ..api import Publisher, Subscriber
@@ -102,6 +102,9 @@ class WebSocketPublisher(Publisher[Any]):
     max_message_bytes : int, optional
         Largest message accepted; a larger one closes the connection (code 1009) and is
         signalled as ``on_error``. ``None``: no limit.
+    fields : collection of str, optional
+        With ``format="json"``: keep only these fields of each JSON object (as Spark's
+        ``from_json`` ignores fields the schema does not name). ``None``: keep all.
 
     Raises
     ------
@@ -142,7 +145,8 @@ class WebSocketPublisher(Publisher[Any]):
     def __init__(self, url: str, *, format: str = "text",
                  headers: Mapping[str, str] | None = None, open_timeout: float = 10.0,
                  receive_buffer: int | None = None,
-                 max_message_bytes: int | None = 2**20) -> None:
+                 max_message_bytes: int | None = 2**20,
+                 fields: Collection[str] | None = None) -> None:
         check_url(url)
         if format not in FORMATS:
             raise ValueError(f"WebSocketPublisher: format={format!r} is not one of "
@@ -168,6 +172,11 @@ class WebSocketPublisher(Publisher[Any]):
         self.open_timeout = float(open_timeout)
         self.receive_buffer = receive_buffer
         self.max_message_bytes = max_message_bytes
+        if fields is not None and (isinstance(fields, str)
+                                   or not all(isinstance(f, str) for f in fields)):
+            raise ValueError(f"WebSocketPublisher: fields={fields!r} must be a collection of "
+                             "str (the names to keep of each JSON object), or None")
+        self.fields = None if fields is None else frozenset(fields)
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
@@ -244,7 +253,7 @@ def _quoted(message: bytes) -> str:
     return quoted + (f"... ({len(shown)} in all)" if len(shown) > _QUOTED else "")
 
 
-def _decoder(format: str) -> Callable[[bytes], Any]:
+def _decoder(format: str, fields: frozenset[str] | None = None) -> Callable[[bytes], Any]:
     # Messages come as bytes, text frames too: a text frame that is not UTF-8 is then an
     # error of this format (the library's own decoding would close with 1007 itself and
     # raise ConnectionClosedError, hiding the message's number and start).
@@ -257,6 +266,8 @@ def _decoder(format: str) -> Callable[[bytes], Any]:
         value = json.loads(message.decode("utf-8"))
         if value is None:
             raise ValueError("it is JSON null, which cannot be an element (§2.13)")
+        if fields is not None and isinstance(value, dict):
+            return {name: field for name, field in value.items() if name in fields}
         return value
 
     return parse
@@ -269,7 +280,7 @@ class _Feed(Source[Any]):
         self._publisher = publisher
         self._runner = runner
         self._loop = runner.loop
-        self._decode = _decoder(publisher.format)
+        self._decode = _decoder(publisher.format, publisher.fields)
         self.emitter: Emitter[Any] | None = None
         self._ready: collections.deque[Any] = collections.deque()
         self._terminal: Terminal | None = None
