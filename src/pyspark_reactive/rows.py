@@ -9,6 +9,12 @@ convert as Spark converts a Python data source's rows: strings accept any scalar
 naive datetimes are local time for ``TIMESTAMP``, ``TIMESTAMP_NTZ`` takes naive ones only.
 Where Spark would store a Python repr nobody meant, it is refused instead: ``bytes`` or a
 dict, list, tuple or set in a ``STRING`` column, and a string that is not valid text.
+
+Speed: elements of one shape are split into whole columns and each column goes to pyarrow
+in one call; the element-by-element, value-by-value path (Spark's own per-value
+conversion) runs only for mixed shapes, values pyarrow would read differently from
+Spark, and to find the first element that does not fit. Both give the same batches
+(``RowConverter(schema, fast=False)`` is that reference, and the tests compare them).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import inspect
+import zoneinfo
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
 from operator import itemgetter
@@ -81,6 +88,94 @@ _TAKES: list[tuple[tuple[type[DataType], ...], str]] = [
 # Column conversion is tried on chunks of this many values to find a bad one quickly.
 _CHUNK = 4096
 _SHOWN = 80
+_NONE = type(None)
+_UTC = datetime.timezone.utc
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MICROSECOND = datetime.timedelta(microseconds=1)
+# Microseconds from datetime.min to the epoch: shifted by it, every datetime is >= 0, so
+# Arrow's integer division (which truncates) floors.
+_MIN_US = (datetime.datetime.min - _EPOCH) // _MICROSECOND
+_MAX_US = (datetime.datetime.max - _EPOCH) // _MICROSECOND
+# Naive datetimes are local time: their offsets are worked out once per distinct second
+# of wall time, unless that would be nearly as many calls as one per value.
+_DISTINCT_SECONDS_SHARE = 0.25
+_DATETIMES = {datetime.datetime, _NONE}
+
+
+def _whole_second_zone(zone: datetime.tzinfo) -> bool:
+    # pyarrow reads an aware datetime as its wall time minus utcoffset() in whole
+    # seconds, where astimezone() keeps an offset's microseconds too: the two agree for
+    # these zones (tz database offsets are whole seconds).
+    if type(zone) is datetime.timezone:
+        offset = zone.utcoffset(None)
+        return offset is not None and offset.microseconds == 0
+    return type(zone) is zoneinfo.ZoneInfo
+
+
+def _timestamps(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | None:
+    """``datetime``s (or ``None``) as Spark stores them in a ``TIMESTAMP`` column.
+
+    Spark calls ``value.astimezone(timezone.utc)``: an aware value keeps its instant, a
+    naive one is local time of this process. pyarrow converts the whole column, reading
+    naive values as UTC wall time; their local offset is then looked up once per distinct
+    second (``astimezone`` works in whole seconds of wall time and the fold). ``None``
+    when only value-by-value conversion can say: other time zone classes, a second that is
+    ambiguous or skipped locally (the fold decides), many distinct seconds, or values out
+    of ``datetime``'s range in UTC.
+    """
+    zones = [None if value is None else value.tzinfo for value in values]
+    aware = {zone for zone in set(zones) if zone is not None}
+    if not all(map(_whole_second_zone, aware)):
+        return None
+    array = pa.array(values, type=arrow_type)
+    if not aware:
+        array = _local_to_utc(array)  # all naive (nulls stay null)
+    elif None in zones:
+        # Null values are in the mask too (their zone is None): they stay null.
+        naive = pa.array([zone is None for zone in zones], type=pa.bool_())
+        local = _local_to_utc(array.filter(naive))
+        array = None if local is None else pc.replace_with_mask(array, naive, local)
+    if array is None:
+        return None
+    bounds = pc.min_max(array.cast(pa.int64()))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is not None and (low < _MIN_US or high > _MAX_US):
+        return None  # astimezone() raises OverflowError for these
+    return array
+
+
+def _wall_times(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | None:
+    """Naive ``datetime``s (or ``None``) as their wall time, as Spark stores them in a
+    ``TIMESTAMP_NTZ`` column; ``None`` if one is aware (Spark refuses it, pyarrow would
+    move it to UTC)."""
+    if any(value.tzinfo is not None for value in values if value is not None):
+        return None
+    return pa.array(values, type=arrow_type)
+
+
+def _local_to_utc(wall: pa.Array) -> pa.Array | None:
+    """Naive local wall times (read by pyarrow as UTC) moved to UTC as ``astimezone`` does."""
+    micros = wall.cast(pa.int64())
+    seconds = pc.subtract(pc.divide(pc.subtract(micros, _MIN_US), 1_000_000),
+                          -_MIN_US // 1_000_000)
+    distinct = pc.unique(seconds).drop_null()
+    if len(distinct) > max(16, _DISTINCT_SECONDS_SHARE * len(wall)):
+        return None
+    offsets = []
+    for second in distinct.to_pylist():
+        local = _EPOCH + datetime.timedelta(seconds=second)
+        try:
+            earlier = local.astimezone(_UTC)
+            later = local.replace(fold=1).astimezone(_UTC)
+        except (OverflowError, ValueError, OSError):
+            return None
+        if earlier != later:
+            return None  # ambiguous or skipped locally: each value's fold decides
+        offsets.append((local - earlier.replace(tzinfo=None)) // _MICROSECOND)
+    if not any(offsets):
+        return wall
+    per_value = pc.take(pa.array(offsets, type=pa.int64()), pc.index_in(seconds, distinct))
+    return pc.subtract(micros, per_value).cast(wall.type)
 
 
 class _Refused(TypeError):
@@ -150,24 +245,24 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema)  # Spark 4.0: UTC timestamps by default
 
 
-def _spark_converter(data_type: DataType) -> Callable[[Any], Any]:
+def _spark_converter(data_type: DataType) -> Callable[[Any], Any] | None:
     # Spark's own per-value conversion for its Python data sources, so values mean here
-    # what they mean there. It is private API (4.0 to 4.3 agree on this call): fall back
-    # to passing values through to pyarrow.
+    # what they mean there. It is private API (4.0 to 4.3 agree on this call): without it
+    # (None) values pass through to pyarrow.
     try:
         from pyspark.sql.conversion import LocalDataToArrowConversion
 
         converter = LocalDataToArrowConversion._create_converter(data_type)
     except Exception:  # pragma: no cover - depends on the installed pyspark
         converter = None
-    return converter if callable(converter) else (lambda value: value)
+    return converter if callable(converter) else None
 
 
 class _Column:
     """Converts one column's values to an Arrow array, fast for plain scalars."""
 
     def __init__(self, name: str, data_type: DataType, arrow_type: pa.DataType,
-                 nullable: bool) -> None:
+                 nullable: bool, fast: bool = True) -> None:
         self.name = name
         self.data_type = data_type
         self.type_name = data_type.simpleString()
@@ -176,34 +271,55 @@ class _Column:
         direct = isinstance(data_type, _DIRECT)
         self.convert_value = None if direct else _spark_converter(data_type)
         # Values of these types need no conversion even where Spark's would be called:
-        # pyarrow takes them as they are (it would take bytes too, where Spark wants str()).
-        self.native = {str, type(None)} if isinstance(data_type, StringType) else set()
+        # Spark's returns them unchanged and pyarrow takes them as they are (it would take
+        # bytes for a string too, where Spark wants str()). Exact types: a subclass may
+        # have a __str__ of its own.
+        self.native: set[type] = set()
+        # Whole columns Spark converts value by value but pyarrow can do at once.
+        self.columnar: Callable[[Sequence[Any], pa.DataType], pa.Array | None] | None = None
+        if fast:
+            if isinstance(data_type, StringType):
+                self.native = {str, _NONE}
+            elif isinstance(data_type, BinaryType):
+                self.native = {bytes, _NONE}
+            elif isinstance(data_type, TimestampType):
+                self.columnar = _timestamps
+            elif isinstance(data_type, TimestampNTZType):
+                self.columnar = _wall_times
         # Direct and string columns can go through pyarrow's tuple-to-struct conversion.
-        self.pyarrow_only = direct or bool(self.native)
+        self.pyarrow_only = direct or isinstance(data_type, StringType)
         self.flat = not isinstance(data_type, _NESTED)
         self.text = isinstance(data_type, StringType)
         bits = next((b for kind, b in _INTEGRAL_BITS if isinstance(data_type, kind)), None)
         self.bounds = None if bits is None else (-2**(bits - 1), 2**(bits - 1) - 1)
+        # Whether array() looks at the values' types.
+        self.typed = self.bounds is not None or bool(self.native) or self.columnar is not None
 
     def array(self, values: Sequence[Any], types: set[type] | None = None) -> pa.Array:
         """``values`` as an Arrow array; ``types``, when known, are their types."""
+        if types is None and self.typed:
+            types = set(map(type, values))
         if self.bounds is not None:
+            assert types is not None
             self._refuse_fractions(values, types)
-        if self.convert_value is not None and not (
-                self.native and set(map(type, values)) <= self.native):
-            convert = self.convert_value
-            if self.text:
-                self._refuse_non_text(values)
-            return pa.array([None if v is None else convert(v) for v in values],
-                            type=self.arrow_type)
-        return pa.array(values, type=self.arrow_type)
+        if self.convert_value is None or (self.native and types is not None
+                                          and types <= self.native):
+            return pa.array(values, type=self.arrow_type)
+        if self.columnar is not None and types is not None and types <= _DATETIMES:
+            array = self.columnar(values, self.arrow_type)
+            if array is not None:
+                return array
+        convert = self.convert_value
+        assert convert is not None
+        if self.text:
+            self._refuse_non_text(values)
+        return pa.array([None if v is None else convert(v) for v in values],
+                        type=self.arrow_type)
 
-    def _refuse_fractions(self, values: Sequence[Any], types: set[type] | None) -> None:
+    def _refuse_fractions(self, values: Sequence[Any], types: set[type]) -> None:
         # pyarrow (26) truncates 5.5 to 5 in an integer column, as does Spark's own
         # conversion, which hands such values to pyarrow: a value silently changed is
         # refused instead, like Spark's createDataFrame refuses a float for an int column.
-        if types is None:
-            types = set(map(type, values))
         if any(issubclass(kind, _FRACTIONAL) for kind in types):
             value = next(v for v in values if isinstance(v, _FRACTIONAL))
             raise _Refused(f"{self.type_name} takes an int, and a {type(value).__name__} is "
@@ -299,6 +415,11 @@ class RowConverter:
     ----------
     schema : StructType
         The rows' schema.
+    fast : bool, default True
+        Convert elements of one shape column by column in whole columns. ``False`` takes
+        every element through its shape check and every value through Spark's own
+        per-value conversion: the same batches and errors, several times slower; it is
+        the reference the fast paths are tested against.
 
     Examples
     --------
@@ -311,13 +432,15 @@ class RowConverter:
     element at offset 102: cannot use (3,) (tuple): 1 value for 2 columns
     """
 
-    def __init__(self, schema: StructType) -> None:
+    def __init__(self, schema: StructType, *, fast: bool = True) -> None:
         self.schema = schema
+        self.fast = fast
         self.arrow_schema = arrow_schema(schema)
         self.names = schema.fieldNames()
         self.name_set = set(self.names)
         self.columns = [
-            _Column(field.name, field.dataType, self.arrow_schema.field(i).type, field.nullable)
+            _Column(field.name, field.dataType, self.arrow_schema.field(i).type, field.nullable,
+                    fast)
             for i, field in enumerate(schema.fields)]
         only = schema.fields[0].dataType if len(schema.fields) == 1 else None
         # One column: scalars are its value; one nested column: every element is.
@@ -344,11 +467,16 @@ class RowConverter:
             The rows before the first element that does not fit (all of them if all fit),
             and the error for that element.
         """
-        # The element types, once: both fast paths choose by them.
+        # The element types, once: the fast paths choose by them.
         kinds = set(map(type, elements))
-        batch = self._as_structs(elements, kinds)
-        if batch is not None:
-            return batch, None
+        if self.fast:
+            batch = self._as_structs(elements, kinds)
+            if batch is None:
+                batch = self._by_columns(elements, kinds)
+            if batch is not None:
+                return batch, None
+        # Mixed shapes, or a value the fast paths cannot take: element by element, which
+        # also finds the first element that does not fit.
         columns, error = self._columns(elements, first_offset, kinds)
         count = len(columns[0]) if columns else 0
         # With one column of scalars (or of nested values), the elements are its values.
@@ -373,6 +501,81 @@ class RowConverter:
         assert arrays is not None
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
         return batch, error
+
+    def _by_columns(self, elements: Sequence[Any], kinds: set[type]) -> pa.RecordBatch | None:
+        """All of ``elements`` as a batch, each column converted whole.
+
+        ``None`` when the elements are not all of one shape that splits into columns
+        without looking at each (see :meth:`_split`), or a column does not convert: the
+        element by element path decides then.
+        """
+        split = self._split(elements, kinds)
+        if split is None:
+            return None
+        columns, types = split
+        try:
+            arrays = [column.array(values, kind) for column, values, kind in zip(
+                self.columns, columns, types, strict=True)]
+        except Exception:
+            return None
+        if not self._nulls_fit(arrays):
+            return None
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+
+    def _split(self, elements: Sequence[Any], kinds: set[type],
+               ) -> tuple[list[list[Any]], list[set[type] | None]] | None:
+        """The values column by column, and each column's value types where known, when
+        every element has the same shape; ``None`` otherwise.
+
+        What each shape means is :meth:`_row`'s: these are its cases taken a whole column
+        at a time (``operator.itemgetter`` and ``dict.get`` over all elements).
+        """
+        width = len(self.names)
+        unknown: list[set[type] | None] = [None] * width
+        if not elements:
+            return None
+        if self.whole_element or (self.single and not any(
+                issubclass(kind, (tuple, list, dict)) for kind in kinds)):
+            return [list(elements)], [kinds]
+        if kinds <= {tuple, list}:
+            if set(map(len, elements)) != {width}:
+                return None
+            return [list(map(itemgetter(i), elements)) for i in range(width)], unknown
+        if kinds == {Row}:
+            positions = self._row_positions(elements)
+            if positions is None:
+                return None
+            # tuple's own __getitem__: Row's, in Python, would be called once per value.
+            return [[None] * len(elements) if i is None else
+                    list(map(tuple.__getitem__, elements, repeat(i))) for i in positions], unknown
+        if kinds == {dict}:
+            if not set(chain.from_iterable(elements)) <= self.name_set:
+                return None
+            return [list(map(dict.get, elements, repeat(name))) for name in self.names], unknown
+        return None
+
+    def _row_positions(self, rows: Sequence[Row]) -> list[int | None] | None:
+        """Where each column's value is in every one of ``rows`` (``None``: in none, so
+        null), when they all have the same field names, or all none; else ``None``."""
+        lengths = set(map(len, rows))
+        if len(lengths) != 1:
+            return None
+        (length,) = lengths
+        fields = list(map(getattr, rows, repeat("__fields__"), repeat(None)))
+        first = fields[0]
+        if first is None:  # by position, like a tuple
+            if fields.count(None) != len(fields) or length != len(self.names):
+                return None
+            return list(range(length))
+        # By name (Row.asDict pairs names and values with zip): a Row made with keywords
+        # holds its names as a list, one made by a Row factory the factory, a tuple.
+        if not isinstance(first, (list, tuple)) or fields.count(first) != len(fields):
+            return None
+        names = list(first)[:length]
+        if len(set(names)) != len(names) or not self.name_set.issuperset(names):
+            return None
+        index = {name: i for i, name in enumerate(names)}
+        return [index.get(name) for name in self.names]
 
     def _nulls_fit(self, arrays: list[pa.Array]) -> bool:
         return not any(not c.nullable and a.null_count
@@ -435,8 +638,6 @@ class RowConverter:
         if self.single and not any(issubclass(kind, (tuple, list, dict)) for kind in kinds):
             return [list(elements)], None
         width = len(self.names)
-        if kinds <= {tuple, list} and set(map(len, elements)) == {width}:
-            return [list(values) for values in zip(*elements, strict=True)], None
         rows: list[Sequence[Any]] = []
         error = None
         for index, element in enumerate(elements):
@@ -445,9 +646,8 @@ class RowConverter:
             except ValueError as reason:
                 error = RowConversionError(first_offset + index, None, element, str(reason))
                 break
-        if not rows:
-            return [[] for _ in self.names], error
-        return [list(values) for values in zip(*rows, strict=True)], error
+        # Column lists by itemgetter: zip(*rows) makes a tuple per row for the collector.
+        return [list(map(itemgetter(i), rows)) for i in range(width)], error
 
     def _row(self, element: Any, width: int) -> Sequence[Any]:
         if isinstance(element, Row) and hasattr(element, "__fields__"):

@@ -6,13 +6,16 @@ from __future__ import annotations
 import datetime
 import decimal
 import inspect
+import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -37,6 +40,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pyspark_reactive import rows as rows_module
 from pyspark_reactive.rows import RowConversionError, RowConverter, arrow_schema
 
 PAIR = StructType([StructField("id", LongType()), StructField("name", StringType())])
@@ -389,3 +393,196 @@ def test_a_converted_batch_reads_back_through_spark(spark: SparkSession) -> None
     assert second.when is None and second.point is None and second.tags == []
     assert (second.day, second.price, second.attrs, second.name, second.local) == (
         None, None, None, "2", None)
+
+
+# -- the fast paths against the reference (fast=False) ------------------------------------
+
+FIVE = StructType([
+    StructField("id", LongType()), StructField("name", StringType()),
+    StructField("price", DoubleType()), StructField("at", TimestampType()),
+    StructField("ok", BooleanType()),
+])
+# The other columns with a fast path of their own, one non-nullable.
+MORE = StructType([
+    StructField("local", TimestampNTZType()), StructField("raw", BinaryType()),
+    StructField("n", IntegerType(), nullable=False),
+])
+# Time zones whose naive local time has moved: DST gaps and folds (New York), an offset
+# of 19 min 32 s until 1937 (Amsterdam), a 30-minute DST (Lord Howe), and none (UTC).
+LOCAL_ZONES = ["America/New_York", "Europe/Amsterdam", "Australia/Lord_Howe", "UTC"]
+
+
+@contextmanager
+def local_zone(name: str) -> Iterator[None]:
+    """This process's local time zone is ``name`` inside the block."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+class _Plus90(datetime.tzinfo):
+    """A zone class of the user's own: pyarrow and astimezone each call its utcoffset."""
+
+    def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
+        return datetime.timedelta(minutes=90)
+
+    def dst(self, dt: datetime.datetime | None) -> datetime.timedelta:
+        return datetime.timedelta(0)
+
+
+ZONES: list[datetime.tzinfo | None] = [
+    None, None, None, datetime.timezone.utc,
+    datetime.timezone(datetime.timedelta(hours=-3, minutes=-30)),
+    datetime.timezone(datetime.timedelta(hours=1, microseconds=7)),  # astimezone keeps the 7
+    ZoneInfo("America/New_York"), ZoneInfo("Europe/Amsterdam"), _Plus90()]
+# Near the ends of datetime's range, a day of New York's DST gap and one of its fold, and
+# events a few milliseconds apart (many values in one second).
+MOMENTS = st.one_of(
+    st.datetimes(),
+    st.datetimes(datetime.datetime(2026, 3, 8), datetime.datetime(2026, 3, 9)),
+    st.datetimes(datetime.datetime(2026, 11, 1), datetime.datetime(2026, 11, 2)),
+    st.integers(0, 5000).map(lambda ms: datetime.datetime(2026, 11, 1, 5, 59, 58)
+                             + datetime.timedelta(milliseconds=ms)))
+TIMESTAMPS = st.builds(lambda moment, fold, zone: moment.replace(fold=fold, tzinfo=zone),
+                       MOMENTS, st.integers(0, 1), st.sampled_from(ZONES))
+GOOD = {
+    "id": st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)),
+    "name": st.one_of(st.none(), st.text(max_size=6)),
+    "price": st.one_of(st.none(), st.floats(allow_nan=False), st.integers(-2**53, 2**53)),
+    "at": st.one_of(st.none(), TIMESTAMPS),
+    "ok": st.one_of(st.none(), st.booleans()),
+    "local": st.one_of(st.none(), MOMENTS),
+    "raw": st.one_of(st.none(), st.binary(max_size=3)),
+    "n": st.integers(-2**31, 2**31 - 1),
+}
+# Values Spark converts differently from pyarrow, or refuses, by column.
+ODD = {
+    "id": st.one_of(st.floats(allow_nan=False), st.booleans(), st.just("1"),
+                    st.just(2**63), st.just(decimal.Decimal(1))),
+    "name": st.one_of(st.integers(), st.booleans(), st.floats(allow_nan=False),
+                      st.binary(max_size=2), st.just(["a"]), st.just("a\ud800")),
+    "price": st.one_of(st.just("1.5"), st.booleans()),
+    "at": st.one_of(st.dates(), st.just("2026-01-01"), st.just(datetime.datetime.max.replace(
+        tzinfo=datetime.timezone(-datetime.timedelta(hours=1))))),
+    "ok": st.one_of(st.integers(0, 1), st.just("true")),
+    "local": st.one_of(TIMESTAMPS, st.dates()),
+    "raw": st.one_of(st.text(max_size=2), st.builds(bytearray, st.binary(max_size=2))),
+    "n": st.one_of(st.none(), st.just(2**31), st.just(1.0)),
+}
+
+
+def _values(schema: StructType, odd: bool) -> st.SearchStrategy[dict[str, Any]]:
+    pick = (lambda name: st.one_of(GOOD[name], ODD[name])) if odd else GOOD.__getitem__
+    return st.fixed_dictionaries({name: pick(name) for name in schema.fieldNames()})
+
+
+def _shaped(schema: StructType, values: dict[str, Any], shape: str) -> Any:
+    names = schema.fieldNames()
+    if shape == "tuple":
+        return tuple(values[name] for name in names)
+    if shape == "list":
+        return [values[name] for name in names]
+    if shape == "dict":
+        return dict(values)
+    if shape == "dict, a key missing":
+        return {name: value for name, value in values.items() if name != names[-1]}
+    if shape == "dict, a key too many":
+        return {**values, "extra": 1}
+    if shape == "Row":
+        return Row(**values)
+    if shape == "Row, other order":
+        return Row(**dict(reversed(values.items())))
+    if shape == "Row, a field missing":
+        return Row(**{name: value for name, value in values.items() if name != names[0]})
+    if shape == "Row by position":
+        return Row(*(values[name] for name in names))
+    if shape == "Row of a factory":
+        return Row(*names)(*(values[name] for name in names))
+    assert shape == "tuple too short"
+    return tuple(values[name] for name in names[1:])
+
+
+UNIFORM = ["tuple", "list", "dict", "dict, a key missing", "Row", "Row, other order",
+           "Row, a field missing", "Row by position", "Row of a factory"]
+SHAPES = [*UNIFORM, "dict, a key too many", "tuple too short"]
+
+
+def assert_same_as_reference(schema: StructType, elements: list[Any]) -> pa.RecordBatch:
+    """The fast paths give what the element-by-element, value-by-value path gives."""
+    batch, error = RowConverter(schema).convert(elements, 40)
+    expected, expected_error = RowConverter(schema, fast=False).convert(elements, 40)
+    assert batch.schema.equals(expected.schema)
+    assert batch.equals(expected), (batch.to_pylist(), expected.to_pylist())
+    if expected_error is None:
+        assert error is None, error
+    else:
+        assert error is not None, expected_error
+        assert (error.offset, error.column, str(error)) == (
+            expected_error.offset, expected_error.column, str(expected_error))
+    return batch
+
+
+@pytest.mark.parametrize("zone", LOCAL_ZONES)
+@pytest.mark.parametrize("schema", [FIVE, MORE], ids=["five", "more"])
+@settings(deadline=None)  # pyarrow imports pandas on its first datetime
+@given(data=st.data())
+def test_the_fast_paths_give_the_references_batches_and_errors(
+        zone: str, schema: StructType, data: st.DataObject) -> None:
+    odd = data.draw(st.booleans(), "odd values")
+    rows = data.draw(st.lists(_values(schema, odd), max_size=30), "values")
+    # Mostly one shape (the fast paths), sometimes any mix.
+    shapes = data.draw(st.one_of(st.sampled_from(UNIFORM).map(lambda s: [s] * len(rows)),
+                                 st.lists(st.sampled_from(SHAPES), min_size=len(rows),
+                                          max_size=len(rows))), "shapes")
+    elements = [_shaped(schema, values, shape) for values, shape in zip(rows, shapes,
+                                                                         strict=True)]
+    with local_zone(zone):
+        assert_same_as_reference(schema, elements)
+
+
+def _events(count: int) -> list[dict[str, Any]]:
+    start = datetime.datetime(2026, 7, 1, 12, 0)
+    zones = [None, datetime.timezone.utc, ZoneInfo("Europe/Berlin")]
+    return [{"id": i, "name": None if i % 100 == 7 else f"user{i % 37}" * (i % 3 + 1),
+             "price": i / 4,
+             "at": None if i % 101 == 5 else (start + datetime.timedelta(
+                 milliseconds=i)).replace(tzinfo=zones[i % 3]),
+             "ok": i % 2 == 0} for i in range(count)]
+
+
+@pytest.mark.parametrize("shape", ["dict", "tuple", "Row", "Row, other order"])
+def test_event_records_are_converted_column_by_column(shape: str) -> None:
+    # The property test above is only as good as the fast paths are taken: records like
+    # the benchmark's (benchmarks/rows_throughput.py) must be, naive times included.
+    elements = [_shaped(FIVE, event, shape) for event in _events(3000)]
+    with local_zone("America/New_York"):
+        converter = RowConverter(FIVE)
+        assert converter._by_columns(elements, set(map(type, elements))) is not None
+        ats = [event["at"] for event in _events(3000)]
+        assert rows_module._timestamps(ats, pa.timestamp("us", tz="UTC")) is not None
+        batch = assert_same_as_reference(FIVE, elements)
+    # 12:00 naive in New York in July (UTC-4), 12:00:00.001 UTC, 12:00:00.002 in Berlin.
+    assert batch.column("at")[:3].to_pylist() == [
+        datetime.datetime(2026, 7, 1, 16, 0, tzinfo=ZoneInfo("UTC")),
+        datetime.datetime(2026, 7, 1, 12, 0, 0, 1000, tzinfo=ZoneInfo("UTC")),
+        datetime.datetime(2026, 7, 1, 10, 0, 0, 2000, tzinfo=ZoneInfo("UTC"))]
+
+
+def test_a_folded_local_time_follows_its_fold() -> None:
+    # 01:30 on 2026-11-01 happens twice in New York: fold 0 is EDT (UTC-4), fold 1 EST.
+    twice = datetime.datetime(2026, 11, 1, 1, 30)
+    utc = ZoneInfo("UTC")
+    with local_zone("America/New_York"):
+        got = rows(one("at", TimestampType()), [twice, twice.replace(fold=1),
+                                                datetime.datetime(2026, 11, 1, 12, 0)])
+    assert [r["at"] for r in got] == [datetime.datetime(2026, 11, 1, 5, 30, tzinfo=utc),
+                                      datetime.datetime(2026, 11, 1, 6, 30, tzinfo=utc),
+                                      datetime.datetime(2026, 11, 1, 17, 0, tzinfo=utc)]
