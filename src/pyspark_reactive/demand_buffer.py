@@ -9,6 +9,13 @@ therefore sees one ``request(capacity)`` per micro-batch. :meth:`DemandBuffer.li
 caps what is requested from then on (an ``availableNow`` trigger's bound). Calls on the
 subscription are made on one thread of the buffer's own (§2.7), so a synchronous publisher
 fills the next batch while Spark processes the current one.
+
+**Arrow mode.** A publisher whose elements are ``pyarrow.RecordBatch`` es declares it
+(``arrow_batches = True``, see :mod:`pyspark_reactive.arrow_elements`), or its first element
+shows it. The buffer then counts rows, not elements: ``capacity``, ``buffered``,
+``received``, ``take`` and ``release`` are in rows, while demand is still in elements
+(§1.1): one batch at a time, requested whenever fewer than ``capacity`` rows are buffered
+and none is outstanding, so the rows buffered stay below ``capacity`` plus one batch.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import pyarrow as pa
+
 from reactive_streams import Publisher, Subscriber, Subscription
 from reactive_streams.signalling import require_not_none
 
@@ -28,9 +37,18 @@ __all__ = ["DemandBuffer", "PublisherError"]
 
 log = logging.getLogger(__name__)
 
+_RecordBatch = pa.RecordBatch
+_NEVER = 2**63  # a count never reached
+
 
 class PublisherError(RuntimeError):
     """The publisher broke the specification (for example, more elements than demand)."""
+
+
+def _rows_of(element: Any) -> int:
+    # In Arrow mode an element that is not a RecordBatch stands for one row: it is kept
+    # (the intake names it in the error that fails the query at its offset).
+    return element.num_rows if type(element) is _RecordBatch else 1
 
 
 class DemandBuffer(Subscriber[Any]):
@@ -39,10 +57,14 @@ class DemandBuffer(Subscriber[Any]):
     Parameters
     ----------
     capacity : int
-        The window: buffered elements plus outstanding demand never exceed it.
+        The window: buffered elements plus outstanding demand never exceed it. In Arrow
+        mode it counts rows (see the module's docstring).
     own_thread : bool
         Make calls on the subscription from a thread of the buffer's own (default). When
         false they are made on the calling thread.
+    arrow : bool, optional
+        Whether elements are ``pyarrow.RecordBatch`` es (Arrow mode) or rows; by default a
+        publisher that declares ``arrow_batches`` or else the first element decides.
 
     Examples
     --------
@@ -58,7 +80,8 @@ class DemandBuffer(Subscriber[Any]):
     >>> buffer.close()
     """
 
-    def __init__(self, capacity: int, *, own_thread: bool = True) -> None:
+    def __init__(self, capacity: int, *, own_thread: bool = True,
+                 arrow: bool | None = None) -> None:
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"DemandBuffer: capacity must be an int >= 1, got {capacity!r}")
         self.capacity = capacity
@@ -70,13 +93,28 @@ class DemandBuffer(Subscriber[Any]):
         # Each counter has one writer: _requested and _released the thread that takes,
         # _received the thread that signals (§1.3 makes on_next serial). Reads are
         # GIL-atomic. Received and not released: held, here or by hold()'s caller.
+        # In Arrow mode _received and _released count rows, and _requested elements.
         self._requested = 0
         self._received = 0
         self._released = 0
-        # hold()'s caller asks to be woken when this many elements wait here (0: never).
+        # None until the first element (or a declaring publisher) decides; True: Arrow.
+        self._arrow: bool | None = arrow
+        # Elements (Arrow mode: rows) taken out of _elements by hold, take and drain: what
+        # waits here is _received - _popped.
+        self._popped = 0
+        # Arrow mode: batches received. Both threads that request there (the signalling
+        # one and the taking one) decide under _demand.
+        self._batches = 0
+        self._demand = threading.Lock()
+        # hold()'s caller asks to be woken when this many elements wait here (0: never):
+        # the event is set when _received reaches _nudge_mark, which is then put out of
+        # reach until the next hold() (one set() per hold, not one per element).
         self._nudge = threading.Event()
         self._nudge_at = 0
-        self._allowance: int | None = None  # demand that may still be requested (None: any)
+        self._nudge_mark = _NEVER
+        # Demand that may still be requested (None: any). In Arrow mode: rows that may
+        # still arrive before no more batches are requested.
+        self._allowance: int | None = None
         self.max_outstanding = 0  # the most demand ever outstanding, for tests and logs
         self._terminal: BaseException | None = None
         self._completed = False
@@ -90,6 +128,9 @@ class DemandBuffer(Subscriber[Any]):
         self.refused = 0  # elements signalled after drain(), not kept (logged)
         self.late = 0  # elements signalled after on_complete/on_error (§1.7), not kept
         self._calls_thread: int | None = None
+        # Whether an element must take the rare path: until a row stream is known, and
+        # once it is sealed, ended or cancelled (written after each of those).
+        self._rare = arrow is not False
         # The thread starts with the first call submitted; close() stops it.
         self._calls = ThreadPoolExecutor(
             1, thread_name_prefix="reactive-source-demand",
@@ -105,36 +146,53 @@ class DemandBuffer(Subscriber[Any]):
             return
         self._subscription = subscription
         self._subscribed.set()
-        self._request(self.capacity)
+        if self._arrow:
+            self._refill()
+        else:
+            self._request(self.capacity)
 
     def on_next(self, element: Any) -> None:
-        require_not_none(element, "the element", "§2.13")
-        # Written before _sealed is read, and drain() writes _sealed before it reads this:
-        # whichever comes second sees the other, so an element is drained or refused.
+        if element is None:
+            require_not_none(element, "the element", "§2.13")
+        # Written before _rare is read, and drain() writes _sealed and _rare before it
+        # reads this: whichever comes second sees the other, so an element is drained or
+        # refused.
         self._signalling += 1
         try:
-            if self._sealed:
-                self._refuse()
+            if self._rare:
+                self._on_next_rare(element)
                 return
-            if self._completed or self._terminal is not None:
-                self._late(element)
+            # The path of every element of a row stream: no lock, no notify unless a
+            # waiter's threshold is crossed (once per wait).
+            received = self._received + 1
+            if received > self._requested:
+                self._too_many(received)
                 return
-            self._accept(element)
-            if self._drained and self._elements:
-                # Under way for longer than drain() waited: what it appended is behind
-                # the drain, so it is refused like a later element.
-                self._received -= len(self._elements)
-                self._elements.clear()
-                self._refuse()
+            self._received = received
+            elements = self._elements
+            elements.append(element)
+            if self._drained:
+                self._behind_drain()
+            wanted = self._wanted
+            if wanted and received - self._released >= wanted:
+                self._wake()
+            if received >= self._nudge_mark:
+                self._nudge_now()
         finally:
             self._signalling -= 1
             if self._sealed:
                 with self._changed:
                     self._changed.notify_all()
 
-    def _accept(self, element: Any) -> None:
-        # Kept even after cancel (§3.12 lets a few arrive late): the source's shutdown
-        # drains the buffer once the cancel is made, and logs what it holds.
+    def _on_next_rare(self, element: Any) -> None:
+        if self._sealed:
+            self._refuse()
+            return
+        if self._completed or self._terminal is not None:
+            self._late(element)
+            return
+        if self._arrow is None:
+            self._decide(element)
         if self._cancelled and threading.get_ident() == self._calls_thread:
             # A synchronous publisher signalling inside request() on the demand thread,
             # where the queued cancel would wait behind it: cancel right here (serial,
@@ -142,22 +200,97 @@ class DemandBuffer(Subscriber[Any]):
             subscription = self._subscription
             if subscription is not None:
                 self._call(subscription.cancel)
-        self._received += 1
-        if self._received > self._requested:
-            # §1.1: more elements than demand. The element is dropped; the error ends the
-            # stream once what was received in time has been taken.
-            self._fail(PublisherError(
-                f"§1.1: the publisher signalled {self._received} elements for a total demand "
-                f"of {self._requested}"))
-            self._received -= 1  # not kept, so not received
+        # Kept even after cancel (§3.12 lets a few arrive late): the source's shutdown
+        # drains the buffer once the cancel is made, and logs what it holds.
+        if self._arrow:
+            self._accept_batch(element)
             return
-        elements = self._elements
-        elements.append(element)
-        if self._wanted and self._received - self._released >= self._wanted:
+        received = self._received + 1
+        if received > self._requested:
+            self._too_many(received)
+            return
+        self._received = received
+        self._elements.append(element)
+        if self._drained:
+            self._behind_drain()
+        self._wake()
+        if received >= self._nudge_mark:
+            self._nudge_now()
+
+    def _decide(self, element: Any) -> None:
+        # The first element of a publisher that did not declare its kind decides it.
+        if type(element) is not _RecordBatch:
+            self._arrow = False
+            # Cleared first, then checked: a cancel, drain or end writes its own flag
+            # before _rare, so one racing with this is seen here or writes last.
+            self._rare = False
+            if self.ended or self._sealed:
+                self._rare = True
+            return
+        log.warning("the publisher's first element is a pyarrow.RecordBatch, so this stream "
+                    "counts rows; it did not declare it (arrow_batches = True, see "
+                    "pyspark_reactive.arrow_elements.arrow_batches), so the %d elements of "
+                    "demand already requested are batches, and may bring that many batches "
+                    "(rows far beyond capacity %d) before demand counts rows", self._requested,
+                    self.capacity)
+        with self._demand:
+            if self._allowance is not None:
+                # Arrow mode counts the allowance as rows arrive, not as demand is made.
+                self._allowance += self._requested
+            self._arrow = True
+
+    def _accept_batch(self, element: Any) -> None:
+        batches = self._batches + 1
+        if batches > self._requested:
+            self._too_many(batches)
+            return
+        self._batches = batches
+        rows = _rows_of(element)
+        with self._demand:
+            if self._allowance is not None:
+                self._allowance = max(0, self._allowance - rows)
+            self._received += rows
+            self._elements.append(element)
+            if self._drained:
+                self._behind_drain()
+        self._wake()
+        if self._received >= self._nudge_mark:
+            self._nudge_now()
+        self._refill()
+
+    def _too_many(self, received: int) -> None:
+        # §1.1: more elements than demand. The element is dropped; the error ends the
+        # stream once what was received in time has been taken.
+        self._fail(PublisherError(
+            f"§1.1: the publisher signalled {received} elements for a total demand "
+            f"of {self._requested}"))
+
+    def _behind_drain(self) -> None:
+        # Under way for longer than drain() waited: what it appended is behind the
+        # drain, so it is refused like a later element.
+        left = _take_all(self._elements)
+        if left:
+            self._received -= sum(map(_rows_of, left)) if self._arrow else len(left)
+            self._refuse()
+
+    def _wake(self) -> None:
+        # Wakes a waiting taker; clearing _wanted makes it once per wait (what is buffered
+        # only grows until the taker itself takes).
+        if self._wanted:
+            self._wanted = 0
             with self._changed:
                 self._changed.notify_all()
-        if self._nudge_at and len(elements) >= self._nudge_at:
-            self._nudge.set()
+
+    def _nudge_now(self) -> None:
+        # A hold() racing with this may have its new mark overwritten; the event set here
+        # makes its caller hold() again at once, which puts the mark back.
+        self._nudge_mark = _NEVER
+        self._nudge.set()
+
+    def _popped_out(self, count: int) -> None:
+        self._popped += count
+        if self._nudge_at:
+            self._nudge_mark = self._popped + self._nudge_at
 
     def _refuse(self) -> None:
         # §3.12: signals may still come for a while after cancel; once the buffer has
@@ -190,6 +323,7 @@ class DemandBuffer(Subscriber[Any]):
                     self._completed = True
                 else:
                     self._terminal = error
+                self._rare = True
             self._changed.notify_all()
 
     def _fail(self, error: BaseException) -> None:
@@ -199,11 +333,23 @@ class DemandBuffer(Subscriber[Any]):
     # -- the taking side (the source runner's main thread) ---------------------------------
 
     def start(self, publisher: Publisher[Any]) -> None:
-        """Subscribe to ``publisher``; demand for ``capacity`` follows on_subscribe."""
+        """Subscribe to ``publisher``; demand for ``capacity`` follows on_subscribe.
+
+        A publisher whose attribute ``arrow_batches`` is true signals
+        ``pyarrow.RecordBatch`` es: the buffer counts rows from the start and requests one
+        batch at a time (see the module's docstring).
+        """
+        if getattr(publisher, "arrow_batches", False) is True:
+            self._arrow = True
         publisher.subscribe(self)
 
     def _note_calls_thread(self) -> None:
         self._calls_thread = threading.get_ident()
+
+    @property
+    def arrow(self) -> bool | None:
+        """Whether elements are RecordBatches counted in rows (None: not known yet)."""
+        return self._arrow
 
     @property
     def buffered(self) -> int:
@@ -222,8 +368,8 @@ class DemandBuffer(Subscriber[Any]):
 
     @property
     def outstanding(self) -> int:
-        """Demand requested and not yet met."""
-        return self._requested - self._received
+        """Demand requested and not yet met (in Arrow mode: batches)."""
+        return self._requested - (self._batches if self._arrow else self._received)
 
     @property
     def completed(self) -> bool:
@@ -240,6 +386,11 @@ class DemandBuffer(Subscriber[Any]):
         """The publisher's error, once everything received before it has been taken."""
         return None if self.buffered else self._terminal
 
+    def _exhausted(self) -> bool:
+        # Arrow mode: past limit_demand's allowance with no batch outstanding, no more
+        # rows can come.
+        return bool(self._arrow) and self._allowance == 0 and self.outstanding == 0
+
     def wait(self, wanted: int, timeout: float, interrupted: Any = None) -> bool:
         """Wait until ``wanted`` elements are buffered, held ones included (or as many as can
         still come, after :meth:`limit_demand`) or the stream ended.
@@ -248,63 +399,107 @@ class DemandBuffer(Subscriber[Any]):
         ends the wait early (the source uses it to notice that its parent is gone).
         """
         wanted = max(1, min(wanted, self.capacity))
-        if self._allowance is not None:
+        if self._allowance is not None and not self._arrow:
             # Past limit_demand's allowance, elements that will never be requested never
             # come: wait only for those that can.
             wanted = min(wanted, self.buffered + self.outstanding + self._allowance)
         deadline = time.monotonic() + timeout
         with self._changed:
-            self._wanted = wanted
             try:
-                while self.buffered < wanted and not self.ended:
+                while self.buffered < wanted and not self.ended and not self._exhausted():
                     left = deadline - time.monotonic()
                     if left <= 0 or (interrupted is not None and interrupted()):
+                        break
+                    # Set under the lock, read by on_next without it: an element counted
+                    # before this line is seen by the check below, one counted after it
+                    # sees _wanted and notifies (it needs the lock, so once we wait).
+                    self._wanted = wanted
+                    if self.buffered >= wanted:
                         break
                     self._changed.wait(min(left, 1.0))
             finally:
                 self._wanted = 0
-            return self.buffered >= wanted or self.ended
+            return self.buffered >= wanted or self.ended or self._exhausted()
 
     def limit_demand(self, more: int) -> None:
         """Request at most ``more`` elements beyond those requested so far.
 
         Demand that ``take`` (or ``on_subscribe``) would issue beyond the allowance is not
         requested, so a publisher that honours demand (§1.1) signals nothing past it. Call
-        it from the taking thread, or before :meth:`start`.
+        it from the taking thread, or before :meth:`start`. In Arrow mode ``more`` counts
+        rows: batches are requested until that many rows have arrived (the last may bring
+        more).
         """
         if type(more) is not int or more < 0:
             raise ValueError(f"DemandBuffer: more must be an int >= 0, got {more!r}")
-        self._allowance = more
+        with self._demand:
+            self._allowance = more
 
     def take(self, most: int, wait: float = 0.0) -> list[Any]:
         """Take up to ``most`` buffered elements, waiting up to ``wait`` s for ``most``.
 
         Demand for as many as were taken is requested at once, so the publisher refills
-        while the caller works.
+        while the caller works. In Arrow mode ``most`` counts rows and the last batch
+        taken is sliced at ``most`` (its rest stays first in line).
         """
         if wait > 0:
             self.wait(most, wait)
+        if self._arrow:
+            taken, rows = self._take_rows(most)
+            self.release(rows)
+            return taken
         elements = self._elements
         count = min(most, len(elements))
         taken = [elements.popleft() for _ in range(count)]
+        self._popped_out(count)
         self.release(len(taken))
         return taken
 
+    def _take_rows(self, most: int) -> tuple[list[Any], int]:
+        elements = self._elements
+        taken: list[Any] = []
+        rows = 0
+        with self._demand:
+            while rows < most and elements:
+                element = elements.popleft()
+                count = _rows_of(element)
+                if rows + count > most:
+                    keep = most - rows
+                    elements.appendleft(element.slice(keep))
+                    element, count = element.slice(0, keep), keep
+                taken.append(element)
+                rows += count
+            self._popped_out(rows)
+        return taken, rows
+
     def hold(self) -> list[Any]:
         """Take every element here without releasing its demand (see :meth:`release`)."""
-        return _take_all(self._elements)
+        if not self._arrow:
+            held = _take_all(self._elements)
+            self._popped_out(len(held))
+            return held
+        with self._demand:
+            held = _take_all(self._elements)
+            self._popped_out(sum(map(_rows_of, held)))
+        return held
 
     def release(self, count: int) -> None:
-        """Count ``count`` held elements as taken and request as many more."""
+        """Count ``count`` held elements (in Arrow mode: rows) as taken and request more."""
         if count <= 0:
             return
         self._released += count
-        if not self.ended:
+        if self.ended:
+            return
+        if self._arrow:
+            self._refill()
+        else:
             self._request(count)
 
     def nudge_when(self, waiting: int) -> threading.Event:
-        """An event set once ``waiting`` elements are here, for a thread that holds them."""
+        """An event set once ``waiting`` elements (Arrow mode: rows) are here, for a thread
+        that holds them."""
         self._nudge_at = max(1, waiting)
+        self._nudge_mark = self._popped + self._nudge_at
         return self._nudge
 
     def drain(self, settle: float = 1.0) -> list[Any]:
@@ -316,6 +511,7 @@ class DemandBuffer(Subscriber[Any]):
         is requested.
         """
         self._sealed = True
+        self._rare = True
         if self._signalling:
             deadline = time.monotonic() + settle
             with self._changed:
@@ -324,9 +520,12 @@ class DemandBuffer(Subscriber[Any]):
             if self._signalling:
                 log.warning("an on_next was still under way %.1f s after the source began to "
                             "drain its buffer; its element will be refused", settle)
-        drained = _take_all(self._elements)
-        self._released += len(drained)  # taken for good: nothing more is requested
-        self._drained = True
+        with self._demand:
+            drained = _take_all(self._elements)
+            count = sum(map(_rows_of, drained)) if self._arrow else len(drained)
+            self._popped_out(count)
+            self._released += count  # taken for good: nothing more is requested
+            self._drained = True
         return drained
 
     def _request(self, n: int) -> None:
@@ -337,6 +536,20 @@ class DemandBuffer(Subscriber[Any]):
                 return
         self._requested += n
         self.max_outstanding = max(self.max_outstanding, self._requested - self._received)
+        self._issue(n)
+
+    def _refill(self) -> None:
+        # Arrow mode: one batch at a time, while fewer than capacity rows are buffered.
+        with self._demand:
+            if (self.ended or self._requested > self._batches
+                    or self._received - self._released >= self.capacity
+                    or self._allowance == 0):
+                return
+            self._requested += 1
+            self.max_outstanding = max(self.max_outstanding, self._requested - self._batches)
+        self._issue(1)
+
+    def _issue(self, n: int) -> None:
         subscription = self._subscription
         if subscription is None:
             return  # on_subscribe requests the whole window
@@ -357,6 +570,7 @@ class DemandBuffer(Subscriber[Any]):
         if self._cancelled:
             return
         self._cancelled = True
+        self._rare = True
         with self._changed:
             self._changed.notify_all()
         subscription, calls = self._subscription, self._calls

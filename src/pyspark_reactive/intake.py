@@ -9,7 +9,9 @@ hard kill loses at most what arrived within the last sync interval (and the sync
 and each row is written once. Without a log the same thread only converts.
 
 Offsets: the first element of this subscription has offset ``base``, the next ``base + 1``
-and so on. A publisher that implements ``position_key`` and ``on_durable`` (see
+and so on. Elements that are ``pyarrow.RecordBatch`` es (the buffer's Arrow mode) are
+conformed to the schema column by column (:mod:`pyspark_reactive.arrow_elements`), and
+offsets count their rows. A publisher that implements ``position_key`` and ``on_durable`` (see
 :mod:`pyspark_reactive.durability`) hears about the rows made durable here.
 """
 
@@ -24,6 +26,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from .arrow_elements import (
+    ArrowElementError,
+    ArrowElements,
+    first_record_batch,
+    record_batch_among_rows,
+)
 from .demand_buffer import DemandBuffer
 from .rows import RowConversionError, RowConverter
 from .wal import WalEntry, WriteAheadLog
@@ -73,7 +81,10 @@ class Intake:
         self.sync_s = sync_ms / 1000
         self.synced = 0  # elements of this subscription converted (and logged)
         self.segments: list[Segment] = []  # this run's, uncommitted, in offset order
-        self.error: RowConversionError | None = None  # the element that did not fit
+        # The element that did not fit (or was of the other kind than the stream's).
+        self.error: RowConversionError | ArrowElementError | None = None
+        self.arrow = ArrowElements(schema, getattr(publisher, "arrow_batches", False) is True)
+        self._first: Any = None  # the stream's first row element, for messages
         self.acknowledged = 0  # what on_durable was last told
         self._durable = 0  # elements of this subscription durable, for on_durable
         # Elements taken from the buffer whose group commit failed: retried first, and no
@@ -143,23 +154,44 @@ class Intake:
         finally:
             self._lock.release()
 
+    def _convert(self, elements: list[Any], start: int
+                 ) -> tuple[pa.Table, int, RowConversionError | ArrowElementError | None]:
+        """The rows of the longest good prefix of ``elements``, how many elements that is,
+        and the error for the element after it."""
+        if self.buffer.arrow:
+            batches, arrow_error = self.arrow.convert(elements, start)
+            return pa.Table.from_batches(batches, schema=self.schema), len(batches), arrow_error
+        if self._first is None:
+            self._first = elements[0]
+        mixed = first_record_batch(elements)
+        if mixed == 0:
+            return (self.schema.empty_table(), 0,
+                    record_batch_among_rows(start, self._first))
+        batch, error = self.converter.convert(
+            elements if mixed is None else elements[:mixed], start)
+        if error is None and mixed is not None:
+            return (pa.Table.from_batches([batch], schema=self.schema), mixed,
+                    record_batch_among_rows(start + mixed, self._first))
+        return pa.Table.from_batches([batch], schema=self.schema), batch.num_rows, error
+
     def _append(self, elements: list[Any]) -> None:
         start = self.end
-        batch, error = self.converter.convert(elements, start)
+        table, good, error = self._convert(elements, start)
         if error is not None:
             # The rows before the bad element stay; the error fails the query once a batch
             # reaches it (recorded once they are written: a failed write retries them).
-            dropped = len(elements) - batch.num_rows - 1
+            dropped = len(elements) - good - 1
             if dropped:
                 log.warning("reactive source: the query fails at offset %d; the %d elements "
                             "after it in the same group are not kept", error.offset, dropped)
-            if batch.num_rows == 0:
+        if table.num_rows == 0:
+            # Nothing to write: a bad first element, or RecordBatches with no rows.
+            if error is not None:
                 self.error = error
-                return
-        table = pa.Table.from_batches([batch], schema=self.schema)
+            return
         end = start + table.num_rows
         if self.wal is not None:
-            key = self._key(elements[table.num_rows - 1])
+            key = self._key(elements[good - 1])
             entry = WalEntry(start, end)
             self.wal.write(entry, table.to_batches(), self.schema, key)
         self.segments.append(Segment(start, end, table))

@@ -9,9 +9,11 @@ import threading
 import time
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from spark_publishers import Recording, RecordingPublisher
 
+from pyspark_reactive.arrow_elements import arrow_batches
 from pyspark_reactive.demand_buffer import DemandBuffer, PublisherError
 from reactive_streams import IterablePublisher, RangePublisher, Subscriber, Subscription
 from reactive_streams.tck.subscriber_blackbox import SubscriberBlackboxVerification
@@ -207,3 +209,171 @@ def test_an_on_next_under_way_at_drain_is_drained_or_refused_never_lost(where: s
         assert (drained, buffer.refused) == (["before", "under way"], 1)
     else:  # not yet counted as signalling: the seal refuses it
         assert (drained, buffer.refused) == (["before"], 2)
+
+
+def test_the_nudge_is_set_once_per_hold_not_once_per_element() -> None:
+    # Setting an Event takes a lock: once per element it made every on_next past the
+    # threshold about four times slower while the log's thread was converting.
+    buffer = DemandBuffer(100, own_thread=False)
+    buffer.on_subscribe(_Silent())
+    nudge = buffer.nudge_when(5)
+    for i in range(4):
+        buffer.on_next(i)
+    assert not nudge.is_set()
+    buffer.on_next(4)
+    assert nudge.is_set()
+    nudge.clear()
+    for i in range(5, 20):
+        buffer.on_next(i)
+    assert not nudge.is_set(), "set again before its holder took what was there"
+    assert buffer.hold() == list(range(20))
+    for i in range(20, 24):
+        buffer.on_next(i)
+    assert not nudge.is_set()
+    buffer.on_next(24)
+    assert nudge.is_set()
+    buffer.close()
+
+
+def test_a_waiting_taker_is_woken_as_its_threshold_is_crossed() -> None:
+    buffer = DemandBuffer(1000, own_thread=False)
+    buffer.on_subscribe(_Silent())
+    woke = threading.Event()
+
+    def wait() -> None:
+        if buffer.wait(500, timeout=30):
+            woke.set()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    # Wait for the taker to be waiting, by its own flag, not by sleeping.
+    deadline = time.monotonic() + 10
+    while not buffer._wanted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for i in range(499):
+        buffer.on_next(i)
+    assert not woke.wait(0.05)
+    began = time.monotonic()
+    buffer.on_next(499)
+    assert woke.wait(10)
+    waiter.join(10)
+    assert time.monotonic() - began < 5, "woken by the wait's timeout, not by the element"
+    buffer.close()
+
+
+# -- Arrow mode: RecordBatch elements, counted in rows --------------------------------------
+
+def _batch(values: Any) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(values, pa.int64())], names=["value"])
+
+
+def _batches(sizes: list[int]) -> list[pa.RecordBatch]:
+    batches, first = [], 0
+    for size in sizes:
+        batches.append(_batch(range(first, first + size)))
+        first += size
+    return batches
+
+
+def _values(batches: list[pa.RecordBatch]) -> list[int]:
+    return [v for batch in batches for v in batch.column(0).to_pylist()]
+
+
+# pyarrow's first pa.array() imports pandas (about a second): not within a TCK timeout.
+_batch([0])
+
+
+class TestDemandBufferArrowBlackbox(SubscriberBlackboxVerification[pa.RecordBatch]):
+    def create_subscriber(self) -> Subscriber[pa.RecordBatch]:
+        return DemandBuffer(4, arrow=True)
+
+    def trigger_request(self, subscriber: Subscriber[pa.RecordBatch]) -> None:
+        assert isinstance(subscriber, DemandBuffer)
+        subscriber.take(subscriber.capacity)
+
+    def create_element(self, element: int) -> pa.RecordBatch:
+        return _batch([element])
+
+
+def test_arrow_batches_are_requested_one_at_a_time_and_taken_in_rows(tmp_path: Any) -> None:
+    record = str(tmp_path / "requests.jsonl")
+    sizes = [7, 3, 12, 1, 0, 9, 8]
+    buffer = DemandBuffer(10)
+    buffer.start(arrow_batches(RecordingPublisher(
+        IterablePublisher(_batches(sizes)), record)))
+    taken: list[pa.RecordBatch] = []
+    cuts: list[int] = []
+    while sum(cuts) < sum(sizes):
+        assert buffer.wait(10, timeout=10)
+        # Below capacity a batch is requested; none beyond it: rows stay under capacity
+        # plus one batch.
+        assert buffer.buffered < 10 + max(sizes)
+        batch = buffer.take(10)
+        cuts.append(sum(b.num_rows for b in batch))
+        taken += batch
+    assert buffer.wait(1, timeout=10) and buffer.completed
+    buffer.close()
+    assert _values(taken) == list(range(sum(sizes)))
+    assert cuts == [10, 10, 10, 10]
+    seen = Recording(record)
+    assert set(seen.requests) == {1}
+    assert seen.max_outstanding == 1 and buffer.max_outstanding == 1
+    assert buffer.received == sum(sizes) and buffer.arrow
+
+
+def test_the_first_element_decides_arrow_mode_when_not_declared() -> None:
+    buffer = DemandBuffer(5)
+    buffer.start(IterablePublisher(_batches([3, 4, 2])))
+    assert buffer.wait(5, timeout=10)
+    assert buffer.arrow
+    taken = buffer.take(5) + buffer.take(5, wait=10)
+    assert [b.num_rows for b in taken] == [3, 2, 2, 2]
+    assert _values(taken) == list(range(9))
+    assert buffer.completed
+    buffer.close()
+
+
+def test_arrow_limit_demand_counts_rows_as_they_arrive(tmp_path: Any) -> None:
+    record = str(tmp_path / "requests.jsonl")
+    buffer = DemandBuffer(100)
+    buffer.limit_demand(25)
+    buffer.start(arrow_batches(RecordingPublisher(
+        IterablePublisher(_batches([10] * 100)), record)))
+    began = time.monotonic()
+    # Waits only for what can come: three batches bring 30 >= 25 rows, then no request.
+    assert buffer.wait(100, timeout=10)
+    assert time.monotonic() - began < 5
+    assert buffer.buffered == 30 and buffer.outstanding == 0
+    assert _values(buffer.take(100)) == list(range(30))
+    buffer.close()
+    assert Recording(record).requests == [1, 1, 1]
+
+
+def test_more_batches_than_demand_ends_the_stream_with_an_error() -> None:
+    # Full after the first batch (5 rows of 5), so no second one is requested.
+    buffer = DemandBuffer(5, own_thread=False, arrow=True)
+
+    class Flood(RangePublisher):
+        def subscribe(self, subscriber: Subscriber[Any]) -> None:
+            subscriber.on_subscribe(_Silent())
+            for batch in _batches([5, 5]):
+                subscriber.on_next(batch)
+
+    buffer.start(Flood(0, 0))
+    assert _values(buffer.take(100)) == list(range(5))
+    assert isinstance(buffer.error, PublisherError)
+    assert "§1.1: the publisher signalled 2 elements for a total demand of 1" in str(
+        buffer.error)
+
+
+def test_arrow_drain_counts_rows() -> None:
+    buffer = DemandBuffer(100, own_thread=False, arrow=True)
+    buffer.on_subscribe(_Silent())
+    buffer.on_next(_batches([4])[0])
+    assert buffer.buffered == 4
+    buffer.cancel()
+    assert _values(buffer.drain()) == [0, 1, 2, 3]
+    assert buffer.buffered == 0
+    buffer.on_next(_batches([2])[0])
+    assert buffer.buffered == 0 and buffer.refused == 1
+    buffer.close()
