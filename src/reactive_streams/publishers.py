@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from .api import Publisher, Subscriber
 from .runners import LoopRunner, Runner, ThreadRunner
-from .signalling import COMPLETE, Emitter, Source, Terminal, first_none, require_not_none
+from .signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 
 __all__ = ["AsyncIterablePublisher", "IterablePublisher", "RangePublisher"]
 
@@ -123,32 +123,27 @@ class IterablePublisher(Publisher[T], Generic[T]):
     def subscribe(self, subscriber: Subscriber[T]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
         dispatch = self._runner.acquire()
-        # chunk=1: an element is signalled as soon as next() returns it, never held back
-        # while the iterator is asked for more.
-        Emitter(subscriber, _IteratorSource(self._make, self._runner), dispatch,
-                chunk=1).start()
+        Emitter(subscriber, _IteratorSource(self._make, self._runner), dispatch).start()
 
 
 class _IteratorSource(Source[T]):
+    # Lazy: the emitter signals each element as next() returns it, in a tight loop over
+    # up to a chunk of them, and settles demand once per chunk.
+    lazy = True
+
     def __init__(self, make: Callable[[], Iterable[T]], runner: Runner) -> None:
         self._make: Callable[[], Iterable[T]] | None = make
         self._iterator: Iterator[T] | None = None
         self._runner = runner
 
-    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+    def pull(self, n: int) -> tuple[Iterable[T], Terminal | None]:
         if self._iterator is None:
             assert self._make is not None
             self._iterator = iter(self._make())  # may raise: the stream fails
             self._make = None
         if n == 0:
             return (), None
-        elements: list[T] = []
-        try:
-            # extend() keeps the elements that arrived before the iterator raised.
-            elements.extend(islice(self._iterator, n))
-        except Exception as exc:
-            return _checked(elements, exc)
-        return _checked(elements, COMPLETE if len(elements) < n else None)
+        return islice(self._iterator, n), None
 
     def close(self) -> None:
         iterator, self._iterator = self._iterator, None
@@ -349,13 +344,3 @@ def _factory(value: object, accepted: type, one_shot: Callable[[Any], bool],
         return value
     raise TypeError(f"{owner}: expected an iterable or a callable returning one, got "
                     f"{type(value).__name__}")
-
-
-def _checked(elements: list[T], terminal: Terminal | None) -> tuple[list[T], Terminal | None]:
-    """Cut the chunk at the first ``None`` and fail the stream there (§2.13)."""
-    at = first_none(elements)
-    if at is None:
-        return elements, terminal
-    return elements[:at], TypeError(
-        f"§2.13: the iterable produced None (after {at} elements of this chunk); "
-        "elements must not be None")

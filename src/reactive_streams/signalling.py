@@ -15,7 +15,7 @@ import logging
 import operator
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from typing import Final, Generic, TypeVar
 
@@ -125,6 +125,17 @@ class SerialWorker(ABC):
                 return
         self._run()
 
+    def _schedule_if_idle(self) -> None:
+        """:meth:`_schedule` for work that :meth:`_pending` reports, without a lock when busy.
+
+        A loop already running or scheduled is not told: it finds the work through
+        ``_pending()`` before it stops. So a producer handing over many items (elements
+        appended to a queue) pays for one read of the counter per item, and the loop is
+        started only on the transition from idle to busy.
+        """
+        if not self._wip:
+            self._schedule()
+
     def _run(self) -> None:
         """Start the loop; the caller holds the work-in-progress counter."""
         if self._dispatch is None:
@@ -157,7 +168,15 @@ class SerialWorker(ABC):
                 self._wip -= missed
                 missed = self._wip
             if missed == 0:
-                return
+                # Work handed over by _schedule_if_idle while the counter was raised: the
+                # producer wrote it before reading the counter, and the counter was
+                # lowered before this read, so one of the two sees the other.
+                if not self._pending():
+                    return
+                with self._lock:
+                    if self._wip:
+                        return  # someone else raised the counter and runs the loop
+                    self._wip = missed = 1
 
     def _loop_raised(self, error: BaseException) -> None:
         log.error("the signal loop of %r raised; the failure goes to its _work_failed", self,
@@ -170,6 +189,14 @@ class SerialWorker(ABC):
     @abstractmethod
     def _work(self) -> bool:
         """One turn of the loop. Return True to yield the dispatcher with work left."""
+
+    def _pending(self) -> bool:
+        """Whether work handed over by :meth:`_schedule_if_idle` is waiting.
+
+        Asked after the counter has dropped to 0; True takes the loop round again. Only a
+        worker that calls ``_schedule_if_idle`` needs it.
+        """
+        return False
 
     def _dispatch_failed(self, error: BaseException) -> None:  # noqa: B027 - optional hook
         """``dispatch`` refused the loop; it will run inline once."""
@@ -187,15 +214,26 @@ class Source(ABC, Generic[T]):
     All calls come from the emitter's loop, one at a time, so a source needs no lock for
     state only the loop touches. A source that receives elements from elsewhere (another
     thread, an event loop) calls :meth:`Emitter.signal` when some are ready.
+
+    A source whose ``lazy`` is True produces its elements while they are signalled: for
+    ``n > 0`` its ``pull`` returns an iterator, and the loop signals each element as soon
+    as the iterator yields it (an iterator that blocks delays only the elements after
+    it). Such an iterator may yield ``None`` (the stream fails with ``TypeError``, §2.13)
+    or raise (the stream fails with that error); one that ends before ``n`` elements
+    ends the stream (``on_complete``). Its ``pull(0)`` answers as an eager source's does.
     """
 
+    #: True when ``pull(n)`` for ``n > 0`` returns an iterator producing the elements.
+    lazy: bool = False
+
     @abstractmethod
-    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
+    def pull(self, n: int) -> tuple[Iterable[T], Terminal | None]:
         """Return up to ``n`` elements ready now, and the terminal state if it is known.
 
         ``n`` may be 0: then only the terminal state is asked for. The terminal state is
         signalled after the returned elements. Raising is the same as returning the
-        exception as the terminal state. Elements are never ``None``.
+        exception as the terminal state. Elements are a sequence and never ``None``,
+        except from a :attr:`lazy` source (see the class).
         """
 
     def close(self) -> None:
@@ -353,6 +391,8 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
             self._halted()
             return False
         chunk = self._chunk
+        lazy = source.lazy
+        on_next = subscriber.on_next
         delivered = 0  # in this turn, for the fairness hand-back below
         while True:
             demand = self._demand
@@ -361,31 +401,60 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                 elements, terminal = source.pull(wanted)
             except BaseException as exc:  # the source failed: the stream fails
                 elements, terminal = (), exc
-            if elements:
-                on_next = subscriber.on_next
+            if lazy and wanted:
+                # Each element is signalled as soon as the source produces it; the count
+                # is settled against demand once per chunk (§1.1: at most `wanted`).
+                count = 0
+                violation: BaseException | None = None
                 try:
                     for element in elements:
+                        if element is None:
+                            terminal = TypeError(
+                                "§2.13: the source produced None (the elements before it "
+                                "were signalled); elements must not be None")
+                            break
                         if self._halt:
                             break  # §3.12: stop signalling as soon as cancel is seen
-                        on_next(element)
-                except BaseException as exc:
-                    self._violated(subscriber, "on_next", exc)
+                        try:
+                            on_next(element)
+                        except BaseException as exc:
+                            violation = exc
+                            break
+                        count += 1
+                    else:
+                        if count < wanted and terminal is None:
+                            terminal = COMPLETE  # the source ended before the chunk did
+                except BaseException as exc:  # raised by the source's iterator
+                    terminal = exc
+                if violation is not None:
+                    self._violated(subscriber, "on_next", violation)
                     return False
-                if self._halt:
-                    self._halted()
-                    return False
-                if demand != UNBOUNDED:
-                    with self._lock:
-                        # §3.17: unbounded demand is never used up (it may have become
-                        # unbounded while this chunk was being delivered).
-                        if self._demand != UNBOUNDED:
-                            self._demand -= len(elements)
+            else:
+                if elements:
+                    try:
+                        for element in elements:
+                            if self._halt:
+                                break  # §3.12: stop signalling as soon as cancel is seen
+                            on_next(element)
+                    except BaseException as exc:
+                        self._violated(subscriber, "on_next", exc)
+                        return False
+                count = len(elements)  # type: ignore[arg-type]
+            if self._halt:
+                self._halted()
+                return False
+            if count and demand != UNBOUNDED:
+                with self._lock:
+                    # §3.17: unbounded demand is never used up (it may have become
+                    # unbounded while this chunk was being delivered).
+                    if self._demand != UNBOUNDED:
+                        self._demand -= count
             if terminal is not None:
                 self._terminate(terminal)
                 return False
-            if len(elements) < wanted or wanted == 0:
+            if count < wanted or wanted == 0:
                 return False  # nothing more ready now, or no demand: wait for a signal
-            delivered += len(elements)
+            delivered += count
             if self._dispatch is not None and delivered >= CHUNK:
                 return True  # give other work on the dispatcher a turn
 

@@ -14,13 +14,16 @@ import time
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
-from .api import Publisher, Subscriber, Subscription
+from .api import UNBOUNDED, Publisher, Subscriber, Subscription
 from .runners import ThreadRunner
 from .signalling import SerialWorker, require_not_none, signal_violation
 
 __all__ = ["AsyncSubscriber", "SyncSubscriber", "collect"]
 
 T = TypeVar("T")
+
+#: A ``_slow_at`` above any outstanding demand: every element takes the long way.
+_ALWAYS = UNBOUNDED
 
 
 class _BatchingSubscriber(Subscriber[T], Generic[T]):
@@ -31,11 +34,17 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
             raise ValueError(f"{type(self).__name__}: batch_size must be an int >= 1, "
                              f"got {batch_size!r}")
         self.batch_size = batch_size
+        self._refill_at = batch_size // 2  # outstanding demand at which to ask for more
         self._subscription: Subscription | None = None
         self._outstanding = 0
         self._stopped = False  # cancelled, or a terminal signal handled
         # Set by cancel() on any thread; acted on by the thread handling signals (§2.7).
         self._cancel_requested = False
+        # An element after which the outstanding demand is at or below this takes the
+        # long way (_handle_next): _refill_at while subscribed, so the refill is made
+        # there; _ALWAYS when anything else is due (no subscription yet, cancel
+        # requested, stopped). One comparison per element instead of four checks.
+        self._slow_at = _ALWAYS
         self._finished = threading.Event()
         self._error: BaseException | None = None
 
@@ -86,9 +95,13 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
             self._stop(None)  # cancelled before the subscription arrived
             return
         self._outstanding = self.batch_size
+        self._slow_at = self._refill_at
+        if self._cancel_requested:  # cancel() raised _slow_at before this lowered it
+            self._slow_at = _ALWAYS
         subscription.request(self.batch_size)
 
     def _handle_next(self, element: T) -> None:
+        """An element, the long way: every check, and the refill."""
         if self._stopped:
             return  # §2.8: elements may still arrive after cancel
         if self._cancel_requested:
@@ -102,10 +115,15 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit: not ours to absorb
             return
-        if keep is False:
-            self._stop(None)
+        self._after_element(keep)
+
+    def _after_element(self, keep: bool | None) -> None:
+        """Cancel when the handler asked to, or refill when half the batch is used."""
+        if self._stopped:
             return
-        if self._outstanding <= self.batch_size // 2 and not self._stopped:
+        if keep is False or self._cancel_requested:
+            self._stop(None)
+        elif self._outstanding <= self._refill_at:
             more = self.batch_size - self._outstanding
             self._outstanding += more
             assert self._subscription is not None
@@ -115,6 +133,7 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
         if self._stopped:
             return
         self._stopped = True
+        self._slow_at = _ALWAYS
         self._subscription = None  # §2.4: the subscription is over
         self._end(error)
 
@@ -123,6 +142,7 @@ class _BatchingSubscriber(Subscriber[T], Generic[T]):
         if self._stopped:
             return
         self._stopped = True
+        self._slow_at = _ALWAYS
         subscription, self._subscription = self._subscription, None
         try:
             if subscription is not None:
@@ -166,10 +186,17 @@ class SyncSubscriber(_BatchingSubscriber[T], Generic[T]):
 
     def __init__(self, batch_size: int = 64) -> None:
         super().__init__(batch_size)
-        # Held while a signal is handled. A cancel() from another thread takes it only if
-        # it is free; otherwise the signal's thread does the cancelling on its way out,
-        # so calls on the subscription stay serial (§2.7) and cancel() never blocks.
+        # Held while the subscription is called (request, cancel) and while a signal
+        # other than a plain element is handled. A cancel() from another thread takes it
+        # only if it is free; otherwise the signal's thread does the cancelling on its
+        # way out, so calls on the subscription stay serial (§2.7) and cancel() never
+        # blocks.
         self._guard = threading.RLock()
+        # True while on_element runs on the signal's thread without the guard. cancel()
+        # raises _slow_at and then reads this; on_next sets this and then reads
+        # _slow_at: one of the two sees the other, so a cancel() from another thread
+        # never ends the subscriber while on_element is running.
+        self._busy = False
 
     def on_subscribe(self, subscription: Subscription) -> None:
         require_not_none(subscription, "on_subscribe's subscription", "§2.13")
@@ -178,10 +205,32 @@ class SyncSubscriber(_BatchingSubscriber[T], Generic[T]):
         self._cancel_if_requested()
 
     def on_next(self, element: T) -> None:
-        require_not_none(element, "on_next's element", "§2.13")
-        with self._guard:
-            self._handle_next(element)
-        self._cancel_if_requested()
+        if element is None:
+            raise TypeError("§2.13: on_next's element must not be None")
+        # The common case takes no lock: one element, handled, demand counted.
+        self._busy = True
+        left = self._outstanding - 1
+        if left <= self._slow_at:  # a refill is due, or more than handling the element
+            self._busy = False
+            with self._guard:
+                self._handle_next(element)
+            self._cancel_if_requested()
+            return
+        self._outstanding = left
+        try:
+            keep = self.on_element(element)
+        except BaseException as exc:
+            self._busy = False
+            with self._guard:
+                self._stop(exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: not ours to absorb
+            return
+        self._busy = False
+        if keep is False or left <= self._slow_at:  # or cancel() came meanwhile
+            with self._guard:
+                self._after_element(keep)
+            self._cancel_if_requested()
 
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "on_error's error", "§2.13")
@@ -195,7 +244,9 @@ class SyncSubscriber(_BatchingSubscriber[T], Generic[T]):
     def cancel(self) -> None:
         """Cancel from any thread; returns at once, even while a signal is handled."""
         self._cancel_requested = True
-        self._cancel_if_requested()
+        self._slow_at = _ALWAYS
+        if not self._busy:  # else on_next sees _slow_at on its way out
+            self._cancel_if_requested()
 
     def _cancel_if_requested(self) -> None:
         if self._cancel_requested and not self._stopped and \
@@ -211,7 +262,9 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
 
     The publisher's thread only enqueues (§2.2), so :meth:`on_element` may be slow. The
     queue never holds more than one batch of elements plus the terminal signal, since the
-    publisher may not send more than was requested (§1.1).
+    publisher may not send more than was requested (§1.1). Elements are handed over in
+    bulk: the publisher's thread appends to a queue and starts the handling thread only
+    when it is idle; that thread handles everything queued before it stops.
 
     Parameters
     ----------
@@ -242,13 +295,16 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
             raise TypeError("AsyncSubscriber: executor must be a concurrent.futures.Executor, "
                             f"got {type(executor).__name__}")
         self._runner = ThreadRunner(executor, max_workers=1, name="async-subscriber")
+        # Elements, in order; every other signal goes to _signals. A terminal signal
+        # is handled after the elements queued before it (§1.3: they were sent first).
+        self._elements: collections.deque[T] = collections.deque()
         self._signals: collections.deque[tuple[str, Any]] = collections.deque()
         self._holds_runner = False
 
     @property
     def queued(self) -> int:
         """Signals received and not yet handled."""
-        return len(self._signals)
+        return len(self._elements) + len(self._signals)
 
     def on_subscribe(self, subscription: Subscription) -> None:
         require_not_none(subscription, "on_subscribe's subscription", "§2.13")
@@ -259,8 +315,11 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
         self._enqueue("subscribe", subscription)
 
     def on_next(self, element: T) -> None:
-        require_not_none(element, "on_next's element", "§2.13")
-        self._enqueue("next", element)
+        if element is None:
+            raise TypeError("§2.13: on_next's element must not be None")
+        self._elements.append(element)
+        if not self._wip:  # the handling thread is idle: start it (_schedule_if_idle)
+            self._schedule()
 
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "on_error's error", "§2.13")
@@ -272,29 +331,62 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
     def cancel(self) -> None:
         """Cancel from any thread; returns at once. Elements still queued are not handled."""
         self._cancel_requested = True
+        self._slow_at = _ALWAYS  # the queued elements are dropped, not handled
         self._enqueue("cancel", None)
 
     def _enqueue(self, kind: str, value: Any) -> None:
         self._signals.append((kind, value))
         self._schedule()
 
+    def _pending(self) -> bool:
+        return bool(self._elements)
+
     def _work(self) -> bool:
         signals = self._signals
-        while signals:
-            kind, value = signals.popleft()
-            if kind == "subscribe":
-                self._handle_subscribe(value)  # even when stopped: §2.5 cancels it
-            elif self._stopped:
-                continue
-            elif kind == "next":
-                self._handle_next(value)
-            elif kind == "cancel":
-                self._stop(None)
-            else:
-                self._handle_terminal(value if kind == "error" else None)
+        while True:
+            while signals:
+                kind, value = signals.popleft()
+                if kind == "subscribe":
+                    self._handle_subscribe(value)  # even when stopped: §2.5 cancels it
+                elif self._stopped:
+                    continue
+                elif kind == "cancel":
+                    self._stop(None)
+                else:
+                    self._handle_elements()  # the ones sent before the terminal signal
+                    self._handle_terminal(value if kind == "error" else None)
+            if not self._elements:
+                break
+            self._handle_elements()
         if self._stopped:
+            self._elements.clear()  # §2.8: late elements are accepted and dropped
             self._release_runner()
         return False
+
+    def _handle_elements(self) -> None:
+        """Handle every element queued, in one go; the hot loop of the handling thread."""
+        elements = self._elements
+        popleft = elements.popleft
+        on_element = self.on_element
+        while elements:
+            left = self._outstanding - 1
+            if left <= self._slow_at:  # a refill is due, or more than handling the element
+                if self._stopped:
+                    elements.clear()
+                    return
+                self._handle_next(popleft())
+                continue
+            element = popleft()
+            self._outstanding = left
+            try:
+                keep = on_element(element)
+            except BaseException as exc:
+                self._stop(exc)
+                if not isinstance(exc, Exception):
+                    raise  # KeyboardInterrupt, SystemExit: not ours to absorb
+                return
+            if keep is False:
+                self._stop(None)
 
     def _work_failed(self, error: BaseException) -> None:
         # Handling a signal raised outside on_element (a subscription that raised from
