@@ -125,7 +125,8 @@ class SourceOptions:
         Demand per micro-batch: the most rows in one batch.
     fill_wait_ms : int
         How long a micro-batch waits for the publisher to fill it before taking what
-        has arrived.
+        has arrived; it waits only while the publisher's recent rate could fill it in
+        that time (a slow stream's rows go at once).
     wal_location : str or None
         Where the write-ahead log lives; ``None`` for no log.
     num_partitions : int or None

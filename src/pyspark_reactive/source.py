@@ -245,6 +245,11 @@ class _QueryRun:
         self._terminating = False
         self._subscribing_since: float | None = None
         self._released = 0  # elements of this subscription offered in a batch
+        # When the last batch was cut (or the subscription made), and how many elements had
+        # arrived by then: the publisher's recent rate, which tells whether waiting would
+        # fill a batch.
+        self._cut_at: float | None = None
+        self._cut_received = 0
         self.wal: WriteAheadLog | None = None
         if options.wal_location is not None:
             self.wal = WriteAheadLog(options.wal_location)
@@ -322,7 +327,7 @@ class _QueryRun:
                 # subscribeTimeoutMs, for one element (or the end of the stream).
                 buffer.wait(1, self.options.subscribe_timeout_ms / 1000, self._orphaned)
             self._first_waited = True
-        buffer.wait(most, self.options.fill_wait_ms / 1000, self._orphaned)
+        self._fill(buffer, most)
         self._check_orphaned()
         try:
             intake.sync()  # the batch's rows are durable before Spark learns its end
@@ -344,6 +349,7 @@ class _QueryRun:
             return start
         self._released += taken
         buffer.release(taken)
+        self._cut_at, self._cut_received = time.monotonic(), buffer.received
         if self.available_now_left is not None:
             self.available_now_left -= taken
             if self.available_now_left == 0:
@@ -352,6 +358,29 @@ class _QueryRun:
                          "batch", self.options.available_now_max_records)
         self.cursor = start + taken
         return self.cursor
+
+    def _fill(self, buffer: DemandBuffer, most: int) -> None:
+        """Wait up to ``fillWaitMs`` for the batch to fill, only while waiting pays.
+
+        With nothing buffered it waits for a first element. With rows already here it waits
+        for ``most`` only when the publisher's rate since the last batch was cut would fill
+        the batch within what is left of ``fillWaitMs``: a slow stream's rows then go at
+        once instead of waiting for rows that cannot come in time (the wait would only add
+        to their latency), while a fast one still gives full batches.
+        """
+        left = self.options.fill_wait_ms / 1000
+        if buffer.buffered == 0:
+            began = time.monotonic()
+            buffer.wait(1, left, self._orphaned)
+            left = max(0.0, left - (time.monotonic() - began))
+        buffered = buffer.buffered
+        if buffered >= most or left <= 0:
+            return
+        elapsed = time.monotonic() - (self._cut_at or 0.0)
+        arrived = buffer.received - self._cut_received
+        if arrived <= 0 or (most - buffered) * elapsed / arrived > left:
+            return
+        buffer.wait(most, left, self._orphaned)
 
     def partitions(self, start: int, end: int) -> list[InputPartition]:
         with self._calling():
@@ -546,6 +575,8 @@ class _QueryRun:
         log.info("reactive source: subscribing to %r from offset %d (%s)", publisher, base,
                  describe(self.options))
         self._subscribing_since = time.monotonic()
+        # The rate of the first batch's wait counts from here.
+        self._cut_at, self._cut_received = self._subscribing_since, 0
         buffer.start(publisher)
         return buffer, self.intake
 

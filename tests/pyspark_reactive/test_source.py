@@ -438,6 +438,22 @@ def test_slow_publisher_gives_what_arrived_within_fill_wait(
     assert [r.value for r in spark.table(name).collect()] == list(range(600))
 
 
+def test_a_slow_stream_s_rows_do_not_wait_for_a_batch_that_cannot_fill(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # 200 rows/s cannot fill 10,000,000 within fillWaitMs (10 minutes): waiting would only
+    # delay the rows already there. Waiting anyway (as before) would hold the second batch
+    # for the 10 minutes.
+    df = reactive(spark, publisher="range", rowsPerSecond=200,
+                  maxRecordsPerTrigger=10_000_000, fillWaitMs=600_000).load()
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_for(query, lambda: len([n for n in watch.batch_sizes(query) if n]) >= 3,
+                   what="three batches with rows")
+    query.stop()
+    rows = [r.value for r in spark.table(name).collect()]
+    assert rows == list(range(len(rows)))
+
+
 @pytest.mark.parametrize(("options", "expected"), [
     ({"numPartitions": 3}, 3),
     ({}, 1),  # 2,000 BIGINTs are far below the automatic 1 MiB per partition
