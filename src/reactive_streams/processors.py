@@ -57,7 +57,13 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         self._lock = threading.Lock()
         self._upstream: Subscription | None = None
         self._outlets: list[_Outlet[R]] = []
-        self._requested = 0  # upstream demand not yet answered
+        self._fanout: tuple[_Outlet[R], ...] = ()  # _outlets as on_next reads it
+        self._refill_room = max(1, buffer_size // 2)  # free room that makes a request
+        # Upstream demand not yet answered is _asked - _received: _asked is written under
+        # the lock by the upstream link, _received only by on_next (upstream's signals
+        # are serial, §1.3), so on_next needs no lock for it.
+        self._asked = 0
+        self._received = 0
         self._terminal: Terminal | None = None
         self._cancel_upstream = False
         # Every request/cancel to upstream goes through this one loop, whichever
@@ -79,12 +85,13 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         ``buffered + upstream_demand <= buffer_size`` whenever both are read at once
         (see :meth:`snapshot`)."""
         with self._lock:
-            return self._requested
+            return self._asked - self._received
 
     def snapshot(self) -> tuple[int, int]:
         """``(buffered, upstream_demand)`` read together, for progress displays."""
         with self._lock:
-            return max((len(o.queue) for o in self._outlets), default=0), self._requested
+            return (max((len(o.queue) for o in self._outlets), default=0),
+                    self._asked - self._received)
 
     # -- Subscriber side: signals from upstream, serial (§1.3) -----------------------------
 
@@ -100,7 +107,8 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         self._link.schedule()
 
     def on_next(self, element: T) -> None:
-        require_not_none(element, "on_next's element", "§2.13")
+        if element is None:
+            raise TypeError("§2.13: on_next's element must not be None")
         if self._terminal is not None:
             return  # ended (fn failed, or no subscriber left): late elements are dropped
         try:
@@ -111,13 +119,20 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         except Exception as exc:
             self._finish(exc, cancel_upstream=True)
             return
-        with self._lock:
-            self._requested -= 1
-            outlets = tuple(self._outlets)
-            for outlet in outlets:
-                outlet.queue.append(mapped)
+        outlets = self._fanout
         for outlet in outlets:
-            outlet.emitter.signal()
+            # Straight to the subscriber when nothing is queued before it and it has
+            # demand; else queued, and its emitter takes the queue in chunks.
+            if outlet.queue or not outlet.emitter.offer(mapped):
+                outlet.queue.append(mapped)
+                outlet.emitter.signal()
+        # Counted after the element is delivered or queued, so that the room computed by
+        # _upstream_call meanwhile is, if anything, too small; this check, and the one
+        # after each pull, ask again when the room may have reached the refill mark.
+        self._received += 1
+        if outlets and self.buffer_size - len(outlets[0].queue) - self._asked + \
+                self._received >= self._refill_room:
+            self._link.schedule()
 
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "on_error's error", "§2.13")
@@ -134,6 +149,7 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
         outlet.emitter = Emitter(subscriber, outlet)
         with self._lock:
             self._outlets.append(outlet)
+            self._fanout = tuple(self._outlets)
         outlet.emitter.start()
         self._link.schedule()
 
@@ -166,30 +182,42 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
             if self._terminal is not None or not self._outlets:
                 return None
             backlog = max(len(o.queue) for o in self._outlets)
-            room = self.buffer_size - backlog - self._requested
-            if room < max(1, self.buffer_size // 2):
+            room = self.buffer_size - backlog - (self._asked - self._received)
+            if room < self._refill_room:
                 return None  # refill when half the buffer is free
-            self._requested += room
+            self._asked += room
             return upstream, room
 
     def _take(self, outlet: _Outlet[R], n: int) -> tuple[Sequence[R], Terminal | None]:
-        with self._lock:
-            queue = outlet.queue
-            taken = [queue.popleft() for _ in range(min(n, len(queue)))]
-            terminal = self._terminal
-            if queue and (terminal is COMPLETE or n > 0):
-                # Complete only after the whole backlog. An error follows the elements
-                # requested before it (§4.2): a full pull may have been cut at the
-                # emitter's chunk, with demand left. The emitter then pulls again, and a
-                # pull of 0 means that demand is used up.
-                terminal = None
-        if taken:
+        # No lock: only this outlet's emitter loop takes from its queue, and the terminal
+        # state is read before the elements, so every element sent before it (§1.3: on
+        # the upstream's signals, before the terminal one) is in the queue by then.
+        terminal = self._terminal
+        queue = outlet.queue
+        if n >= len(queue):
+            taken = list(queue)
+            for _ in taken:
+                queue.popleft()  # not clear(): on_next may be appending meanwhile
+        else:
+            taken = [queue.popleft() for _ in range(n)]
+        if queue and (terminal is COMPLETE or n > 0):
+            # Complete only after the whole backlog. An error follows the elements
+            # requested before it (§4.2): a full pull may have been cut at the
+            # emitter's chunk, with demand left. The emitter then pulls again, and a
+            # pull of 0 means that demand is used up.
+            terminal = None
+        # Ask upstream for more only if the room may have reached the refill mark: this
+        # backlog is a lower bound of the largest one (_upstream_call has the exact
+        # count). One read of each, no lock, for most elements.
+        if taken and self.buffer_size - len(queue) - self._asked + self._received >= \
+                self._refill_room:
             self._link.schedule()
         return taken, terminal
 
     def _remove(self, outlet: _Outlet[R]) -> None:
         with self._lock:
             self._outlets.remove(outlet)
+            self._fanout = tuple(self._outlets)
             last = not self._outlets and self._terminal is None
             if last:
                 self._cancel_upstream = True

@@ -256,11 +256,17 @@ class _AsyncIteratorSource(Source[T]):
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._signalled = False  # the emitter was told of elements it has not pulled yet
 
     def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
         ready = self._ready
-        taken = [ready.popleft() for _ in range(min(n, len(ready)))]
+        if n >= len(ready):
+            taken = list(ready)
+            ready.clear()
+        else:
+            taken = [ready.popleft() for _ in range(n)]
         self._wanted = n - len(taken)
+        self._signalled = False  # the next element fetched tells the emitter
         if self._task is None and self._terminal is None:
             self._task = self._loop.create_task(self._fetch())
         if self._wanted:
@@ -269,13 +275,11 @@ class _AsyncIteratorSource(Source[T]):
 
     async def _fetch(self) -> None:
         iterator: AsyncIterator[T] | None = None
+        ready = self._ready
         try:
             iterator = aiter(self._make())
-            while True:
-                while self._wanted <= len(self._ready):
-                    self._wake.clear()
-                    await self._wake.wait()
-                element = await anext(iterator)
+            await self._demand()
+            async for element in iterator:
                 if self._closed:
                     # §3.12: cancelled while this element was awaited, and the iterator
                     # absorbed the task's cancellation: pull nothing more.
@@ -283,9 +287,13 @@ class _AsyncIteratorSource(Source[T]):
                 if element is None:
                     raise TypeError("§2.13: the async iterable produced None; elements must "
                                     "not be None")
-                self._ready.append(element)
-                self._notify()
-        except StopAsyncIteration:
+                ready.append(element)
+                if not self._signalled:
+                    # Once per pull: the emitter takes everything ready when it runs.
+                    self._signalled = True
+                    self._notify()
+                if self._wanted <= len(ready):
+                    await self._demand()  # never read ahead of demand
             self._terminal = COMPLETE
         except asyncio.CancelledError:
             return  # close(): the subscription ended
@@ -295,6 +303,12 @@ class _AsyncIteratorSource(Source[T]):
             if iterator is not None:
                 await _aclose(iterator)
         self._notify()
+
+    async def _demand(self) -> None:
+        """Wait until the emitter wants more than is ready."""
+        while self._wanted <= len(self._ready):
+            self._wake.clear()
+            await self._wake.wait()
 
     def _notify(self) -> None:
         if self.emitter is not None:

@@ -306,6 +306,41 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
         if not self._done:
             self._schedule()
 
+    def offer(self, element: T) -> bool:
+        """Signal ``element`` now, on this thread, if nothing stands before it.
+
+        For a source that is handed elements one by one (a processor's upstream): when
+        the loop is idle, subscribed, not halted and there is demand, ``element`` is
+        signalled at once, as the loop would (§1.1, §1.3: the loop's counter is held
+        meanwhile), without being queued and pulled. Otherwise nothing is done and False
+        is returned: the source then queues the element and calls :meth:`signal`. The
+        caller must hold no element of this subscription back (its queue is empty), and
+        the emitter must signal inline (no ``dispatch``).
+        """
+        if self._dispatch is not None:
+            return False
+        with self._lock:
+            demand = self._demand
+            if self._wip or demand == 0 or self._halt or self._done or not self._subscribed:
+                return False
+            self._wip = 1
+            if demand != UNBOUNDED:
+                self._demand = demand - 1
+        try:
+            subscriber = self._subscriber
+            assert subscriber is not None
+            try:
+                subscriber.on_next(element)
+            except BaseException as exc:
+                self._violated(subscriber, "on_next", exc)
+        finally:
+            with self._lock:
+                self._wip -= 1
+                more = self._wip != 0
+            if more:
+                self._run()  # a request, cancel or signal came meanwhile: the loop runs
+        return True
+
     @property
     def demand(self) -> int:
         """Outstanding demand: requested and not yet delivered."""
