@@ -1,13 +1,14 @@
 """A streaming query's output as a Publisher: ``df.writeStream.foreachBatch(publisher)``.
 
-Each micro-batch is fetched from the executors a partition at a time (as Arrow IPC,
-through ``mapInArrow`` and one job per partition), cut into chunks of ``chunk_rows`` rows, and every
-chunk is offered to every current subscriber through an :class:`~reactive_streams.
-signalling.Emitter`, which signals only against demand, on a thread of that subscription's
-own. The batch function returns to Spark once every subscriber has taken the whole batch,
-so a slow subscriber delays the next micro-batch, and the source, asked for nothing more,
-requests nothing more. Meanwhile the batch function only waits, so it notices a stopping
-query within a tenth of a second, whatever the subscribers are doing.
+Each micro-batch is fetched from the executors a partition at a time, as Arrow (one job
+per partition, the next partition computed in the driver JVM while this one is read), cut
+into chunks of ``chunk_rows`` rows, and every chunk is offered to every current subscriber
+through an :class:`~reactive_streams.signalling.Emitter`, which signals only against
+demand, on a thread of that subscription's own. The batch function returns to Spark once
+every subscriber has taken the whole batch, so a slow subscriber delays the next
+micro-batch, and the source, asked for nothing more, requests nothing more. Meanwhile the
+batch function only waits, so it notices a stopping query within a tenth of a second,
+whatever the subscribers are doing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.serializers import NoOpSerializer, UTF8Deserializer, read_int
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from reactive_streams import Publisher, Subscriber
@@ -85,6 +88,9 @@ class _Mailbox(Source[Any]):
         self.runner = runner
         self.subscriber: Subscriber[Any] | None = subscriber  # named in a stall's error
         self.chunk: Sequence[Any] = ()
+        # Makes each element of the chunk as it is taken, on the subscription's thread (a
+        # Row from a tuple), or None when the chunk holds the elements themselves.
+        self.make: Callable[[Any], Any] | None = None
         self.batch_id: int | None = None  # of the chunk
         self.taken = 0
         self.closed = False
@@ -115,9 +121,17 @@ class _Mailbox(Source[Any]):
             if self.chunk and high >= len(self.chunk):
                 self.chunk, self.taken = (), 0
                 changed.notify_all()
+            make = self.make
             if self.failure is not None:
-                return elements, self.failure
-            return elements, (self.publisher._terminal if self.empty else None)
+                terminal: Terminal | None = self.failure
+            else:
+                terminal = self.publisher._terminal if self.empty else None
+        if make is not None and elements:
+            # Outside the lock; made at most one step (64) at a time, each element lives
+            # from here to its on_next, which spares the garbage collector a chunk's worth
+            # of young objects to trace (Rows are tuples it cannot untrack).
+            elements = list(map(make, elements))
+        return elements, terminal
 
     def close(self) -> None:
         # Called once, by the emitter, when the subscription ends (cancel or terminal).
@@ -158,8 +172,10 @@ class ForeachBatchPublisher(Publisher[Any]):
         What an element is: a ``pyspark.sql.Row`` (default), a dict, a tuple, or a
         ``pyarrow.RecordBatch`` of up to ``chunk_rows`` rows (then demand counts batches).
     chunk_rows : int
-        Rows fetched and offered at a time; the driver holds about one partition of the
-        micro-batch plus one chunk, whatever the batch's size.
+        Rows offered at a time. Whatever the batch's size, this process holds one Arrow
+        batch as Spark sends it (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows,
+        10,000 by default) plus one chunk, and the driver JVM the partition being read
+        and the next one, which it computes meanwhile.
     when_unsubscribed : {"wait", "stop"}
         With no subscriber left (or none yet), ``"wait"`` (default) holds the batch until
         one subscribes, losing nothing. ``"stop"`` ends the query once its last
@@ -259,6 +275,7 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._watcher: threading.Thread | None = None
         self._active, self._active_at = True, float("-inf")  # see _query_active()
         self._had_subscriber = False
+        self._schemas: dict[tuple[str, ...], pa.Schema] = {}  # see _arrow_batches
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         # Spark Connect pickles the foreachBatch function to run it on the server, where
@@ -399,17 +416,14 @@ class ForeachBatchPublisher(Publisher[Any]):
             with self._changed:
                 self._check_stream()
 
-        def chunks() -> Iterator[Sequence[Any]]:
+        def chunks() -> Iterator[_Chunk]:
             for record_batch in batches:
-                names = list(record_batch.schema.names)
-                for low in range(0, record_batch.num_rows, self.chunk_rows):
-                    piece = record_batch.slice(low, self.chunk_rows)
-                    yield _elements(piece, self.element, names)
+                yield from _chunks_of(record_batch, self.element, self.chunk_rows)
 
         self._deliver(batch_id, admit, chunks)
 
     def _deliver(self, batch_id: int, admit: Callable[[], None],
-                 chunks: Callable[[], Iterable[Sequence[Any]]]) -> None:
+                 chunks: Callable[[], Iterable[_Chunk]]) -> None:
         # Raising keeps Spark from committing a batch that was not delivered.
         try:
             admit()
@@ -438,8 +452,9 @@ class ForeachBatchPublisher(Publisher[Any]):
         with self._changed:
             self._check_stream()
 
-    def _offer(self, chunk: Sequence[Any]) -> None:
+    def _offer(self, chunk: _Chunk) -> None:
         """Hand ``chunk`` to every subscriber and wait until each has taken all of it."""
+        items, make = chunk
         while True:
             with self._changed:
                 self._check_stream()
@@ -447,7 +462,7 @@ class ForeachBatchPublisher(Publisher[Any]):
                 self._outlets = outlets
                 if outlets:
                     for _, mailbox in outlets:
-                        mailbox.chunk, mailbox.taken = chunk, 0
+                        mailbox.chunk, mailbox.taken, mailbox.make = items, 0, make
                         mailbox.batch_id = self._batch_id
                         mailbox.stalled_since = None
                     break
@@ -478,8 +493,8 @@ class ForeachBatchPublisher(Publisher[Any]):
                 emitter.signal()  # an emitter waiting for demand sees the end, if known
             raise
         if delivered:
-            self.rows_delivered += sum(len(e) for e in chunk) if self.element == "arrow" \
-                else len(chunk)
+            self.rows_delivered += sum(len(e) for e in items) if self.element == "arrow" \
+                else len(items)
         else:
             self._offer(chunk)  # everyone cancelled mid-chunk: the next subscriber gets it
 
@@ -571,22 +586,10 @@ class ForeachBatchPublisher(Publisher[Any]):
         log.warning("ForeachBatchPublisher: ending the query: %s", why)
         raise _DeliveryAborted(f"{why} (when_unsubscribed='stop')")
 
-    def _chunks(self, batch: DataFrame) -> Iterator[Sequence[Any]]:
-        names = batch.columns or None
+    def _chunks(self, batch: DataFrame) -> Iterator[_Chunk]:
         _check_arrow_carries(batch.schema)
-        blobs = batch.mapInArrow(_arrow_to_ipc, "ipc BINARY").rdd
-        context = batch.sparkSession.sparkContext
-        # One job per partition, so the driver holds one partition at a time. Not
-        # toLocalIterator(): on Spark 4.3 its JVM side keeps every partition it served.
-        for partition in range(blobs.getNumPartitions()):
-            for blob in context.runJob(blobs, _as_list, [partition]):
-                yield from self._pieces(blob.ipc, names)
-
-    def _pieces(self, blob: bytes, names: list[str] | None) -> Iterator[Sequence[Any]]:
-        for record_batch in ipc.open_stream(blob):
-            for low in range(0, record_batch.num_rows, self.chunk_rows):
-                piece = record_batch.slice(low, self.chunk_rows)
-                yield _elements(piece, self.element, names)
+        for record_batch in _arrow_batches(batch, self._schemas):
+            yield from _chunks_of(record_batch, self.element, self.chunk_rows)
 
 
 class _Unreachable:
@@ -625,27 +628,120 @@ def _check_arrow_carries(schema: Any) -> None:
                 "(CAST(col AS INT) on an INTERVAL MONTH) or as a STRING first")
 
 
-def _elements(piece: pa.RecordBatch, element: str, names: list[str] | None) -> Sequence[Any]:
-    # Maps become dicts, as Spark's own collect() gives them (pyarrow's default is a list
-    # of key-value pairs).
+#: Elements on offer, and what makes each one as a subscriber takes it (None: as they are).
+_Chunk = tuple[Sequence[Any], "Callable[[Any], Any] | None"]
+
+
+def _chunks_of(record_batch: pa.RecordBatch, element: str, chunk_rows: int) -> Iterator[_Chunk]:
+    """``record_batch`` as chunks of up to ``chunk_rows`` rows of ``element``s."""
+    names = list(record_batch.schema.names)
+    for low in range(0, record_batch.num_rows, chunk_rows):
+        yield _elements(record_batch.slice(low, chunk_rows), element, names)
+
+
+def _elements(piece: pa.RecordBatch, element: str, names: list[str]) -> _Chunk:
     if element == "arrow":
-        return [piece]
+        return [piece], None
     if element == "dict":
-        rows: list[Any] = piece.to_pylist(maps_as_pydicts="lossy")
-        return rows
-    tuples = list(zip(*(column.to_pylist(maps_as_pydicts="lossy")
-                        for column in piece.columns), strict=True))
-    if element == "tuple" or names is None:
-        return tuples
-    # Rows are made by the million here: a Row subclass that carries the field names on
-    # the class lets tuple.__new__ build each one without a Python call per row.
-    return list(map(functools.partial(tuple.__new__, _row_class(tuple(names))), tuples))
+        if not any(_holds_map(field.type) for field in piece.schema):
+            return piece.to_pylist(), None
+        return piece.to_pylist(maps_as_pydicts="lossy"), None
+    # Column by column, then zipped: pyarrow makes each column's values at C speed.
+    # Maps become dicts, as Spark's own collect() gives them (pyarrow's default is a list
+    # of key-value pairs); asked only where a column holds one, as the option slows
+    # pyarrow's conversion of every column about fifteenfold.
+    columns = [column.to_pylist(maps_as_pydicts="lossy") if _holds_map(column.type)
+               else column.to_pylist() for column in piece.columns]
+    tuples = list(zip(*columns, strict=True)) if columns else [()] * piece.num_rows
+    if element == "tuple" or not names:
+        return tuples, None
+    # A Row subclass that carries the field names on the class lets tuple.__new__ make
+    # each row without a Python call; the mailbox makes them as they are taken.
+    return tuples, functools.partial(tuple.__new__, _row_class(tuple(names)))
+
+
+def _holds_map(data_type: pa.DataType) -> bool:
+    """Whether ``data_type`` is or holds a map."""
+    if pa.types.is_map(data_type):
+        return True
+    return any(_holds_map(data_type.field(i).type) for i in range(data_type.num_fields))
 
 
 @functools.lru_cache(maxsize=64)
 def _row_class(names: tuple[str, ...]) -> type[Row]:
     """A ``pyspark.sql.Row`` whose rows all have the fields ``names``."""
     return type("Row", (Row,), {"__fields__": list(names), "__slots__": ()})
+
+
+def _arrow_batches(batch: DataFrame, schemas: dict[tuple[str, ...], pa.Schema]
+                   ) -> Iterator[pa.RecordBatch]:
+    """The rows of ``batch`` as Arrow, one partition at a time, in order.
+
+    The driver JVM computes one partition per job and the next one while this one is
+    read (``PythonRDD.toLocalIteratorAndServe`` over ``toArrowBatchRdd``: no Python worker
+    on the way, and, unlike a Dataset's ``toLocalIterator()``, nothing kept once served);
+    this process holds one Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBatch``
+    rows) at a time. ``schemas`` caches the JVM's Arrow schema for each batch schema.
+    Where this Spark lacks that path, one job per partition through ``mapInArrow``.
+    """
+    try:
+        rdd = batch._jdf.toArrowBatchRdd()
+    except Py4JJavaError:
+        raise
+    except (Py4JError, AttributeError):  # pragma: no cover - depends on the Spark version
+        log.debug("no toArrowBatchRdd here; fetching through mapInArrow", exc_info=True)
+        yield from _arrow_batches_through_python(batch)
+        return
+    session = batch.sparkSession
+    key = (batch.schema.json(), str(session.conf.get("spark.sql.session.timeZone")),
+           str(session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")))
+    schema = schemas.get(key)
+    if schema is None:
+        schema = schemas[key] = _jvm_arrow_schema(batch)
+    from pyspark.util import _local_iterator_from_socket
+
+    jvm = session.sparkContext._jvm
+    assert jvm is not None
+    served = jvm.PythonRDD.toLocalIteratorAndServe(rdd, True)
+    for message in _local_iterator_from_socket(served, NoOpSerializer()):
+        yield ipc.read_record_batch(pa.py_buffer(message), schema)
+
+
+def _jvm_arrow_schema(batch: DataFrame) -> pa.Schema:
+    """The Arrow schema the driver JVM gives ``batch``'s rows, read from what it sends for
+    no rows at all (``limit(0)``, which Spark answers without running a job)."""
+    from pyspark.util import local_connect_and_auth
+
+    port, secret, server = batch.limit(0)._jdf.collectAsArrowToPython()
+    stream, sock = local_connect_and_auth(port, secret)
+    try:
+        sock.settimeout(None)
+        reader = ipc.open_stream(stream)
+        schema = reader.schema
+        for _ in reader:  # pragma: no cover - limit(0) has no rows
+            pass
+        count = read_int(stream)  # then the batches' order, or an error
+        if count == -1:
+            raise RuntimeError(f"ForeachBatchPublisher: reading the batch's Arrow schema "
+                               f"failed: {UTF8Deserializer().loads(stream)}")
+        for _ in range(count):
+            read_int(stream)
+    finally:
+        stream.close()
+        sock.close()
+    server.getResult()
+    return schema
+
+
+def _arrow_batches_through_python(batch: DataFrame) -> Iterator[pa.RecordBatch]:
+    """:func:`_arrow_batches` where ``toArrowBatchRdd`` is missing: each Arrow batch of a
+    partition is written as IPC by a Python worker (``mapInArrow``) and fetched by one job
+    per partition, so the driver holds one partition at a time."""
+    blobs = batch.mapInArrow(_arrow_to_ipc, "ipc BINARY").rdd
+    context = batch.sparkSession.sparkContext
+    for partition in range(blobs.getNumPartitions()):
+        for blob in context.runJob(blobs, _as_list, [partition]):
+            yield from ipc.open_stream(blob.ipc)
 
 
 def _as_list(rows: Iterable[Any]) -> list[Any]:
