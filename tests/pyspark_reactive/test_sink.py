@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 from spark_publishers import Recording
 
 from pyspark_reactive import (
@@ -429,3 +429,52 @@ def test_client_timeout_is_checked_before_the_query_starts(spark: SparkSession,
                                                            value: Any) -> None:
     with pytest.raises(ValueError, match=f"client_timeout={value!r} is not accepted"):
         publish(spark.range(1), client_timeout=value)
+
+
+def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession) -> None:
+    # The batch comes to the driver as the JVM's own Arrow batches, read with the JVM's
+    # Arrow schema; the way through mapInArrow (a Python worker writing each batch as
+    # IPC, kept for a Spark without toArrowBatchRdd) is the reference for every type.
+    from pyspark_reactive.sink import _arrow_batches, _arrow_batches_through_python
+
+    batch = spark.range(0, 600, numPartitions=3).selectExpr(
+        "id", "IF(id % 7 = 0, NULL, CAST(id AS STRING)) AS text", "id / 3 AS ratio",
+        "id % 2 = 0 AS even", "TIMESTAMP'2024-03-01 12:00:00' + make_interval(0,0,0,0,0,0,id)"
+        " AS at", "CAST(TIMESTAMP'2024-03-01 12:00:00' AS TIMESTAMP_NTZ) AS local_at",
+        "DATE'2024-03-01' + CAST(id AS INT) AS day", "CAST(id AS DECIMAL(20, 3)) AS amount",
+        "CAST(CAST(id AS STRING) AS BINARY) AS bytes", "array(id, id + 1) AS pair",
+        "map('k', id) AS m", "named_struct('a', id, 'b', array(map(1, 'one'))) AS nested",
+        "INTERVAL '1' DAY * id AS span")
+    reference = list(_arrow_batches_through_python(batch))
+    fetched = list(_arrow_batches(batch, {}))
+    assert pa.Table.from_batches(fetched).equals(pa.Table.from_batches(reference))
+    got = {}
+    for element in ("row", "tuple", "dict"):
+        publisher = ForeachBatchPublisher(element=element, chunk_rows=50)
+        subscriber = Checked(7)
+        publisher.subscribe(subscriber)
+        publisher(batch, 0)
+        expected = [e for record_batch in reference
+                    for e in _made(sink_chunks_of(record_batch, element, 50))]
+        assert subscriber.elements == expected and len(expected) == 600
+        assert subscriber.violations == []
+        got[element] = subscriber.elements
+    assert all(type(row) is not tuple and isinstance(row, Row) for row in got["row"])
+    assert [tuple(row) for row in got["row"]] == got["tuple"]
+    assert [row.asDict() for row in got["row"]] == got["dict"]
+    # Spark's own collect() agrees on the values of the plain columns, and maps are dicts.
+    plain = ["id", "text", "ratio", "even", "local_at", "day", "amount", "bytes", "pair",
+             "span"]
+    assert [[row[name] for name in plain] for row in got["row"]] == [
+        [row[name] for name in plain] for row in batch.orderBy("id").collect()]
+    assert got["dict"][3]["m"] == {"k": 3} and got["row"][1].nested["b"] == [{1: "one"}]
+
+
+def sink_chunks_of(record_batch: pa.RecordBatch, element: str, chunk_rows: int) -> Any:
+    from pyspark_reactive.sink import _chunks_of
+
+    return _chunks_of(record_batch, element, chunk_rows)
+
+
+def _made(chunks: Any) -> list[Any]:
+    return [make(item) if make else item for items, make in chunks for item in items]
