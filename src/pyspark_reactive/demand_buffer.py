@@ -270,7 +270,7 @@ class DemandBuffer(Subscriber[Any]):
         # drain, so it is refused like a later element.
         left = _take_all(self._elements)
         if left:
-            self._received -= sum(map(_rows_of, left)) if self._arrow else len(left)
+            self._received -= self.count(left)
             self._refuse()
 
     def _wake(self) -> None:
@@ -480,7 +480,7 @@ class DemandBuffer(Subscriber[Any]):
             return held
         with self._demand:
             held = _take_all(self._elements)
-            self._popped_out(sum(map(_rows_of, held)))
+            self._popped_out(self.count(held))
         return held
 
     def release(self, count: int) -> None:
@@ -494,6 +494,11 @@ class DemandBuffer(Subscriber[Any]):
             self._refill()
         else:
             self._request(count)
+
+    def count(self, elements: list[Any]) -> int:
+        """How many rows ``elements`` (as :meth:`hold` or :meth:`drain` returned them) hold:
+        their number, or in Arrow mode the sum of their rows."""
+        return sum(map(_rows_of, elements)) if self._arrow else len(elements)
 
     def nudge_when(self, waiting: int) -> threading.Event:
         """An event set once ``waiting`` elements (Arrow mode: rows) are here, for a thread
@@ -522,7 +527,7 @@ class DemandBuffer(Subscriber[Any]):
                             "drain its buffer; its element will be refused", settle)
         with self._demand:
             drained = _take_all(self._elements)
-            count = sum(map(_rows_of, drained)) if self._arrow else len(drained)
+            count = self.count(drained)
             self._popped_out(count)
             self._released += count  # taken for good: nothing more is requested
             self._drained = True
