@@ -1,36 +1,71 @@
-"""Throughput of the Reactive Streams core: ``RangePublisher -> Subscriber``, in elements/s.
+"""Throughput of the Reactive Streams core, in elements/s, each case beside a baseline
+timed in the same run with the very same per-element work.
 
-A minimal subscriber counts elements and requests ``k`` more each time its last ``k`` have
-arrived (``k`` = 1, 64, 1024; ``request(1)`` means one request per element). Two baselines
-are timed in the same run with the very same ``on_next``: a plain Python loop calling it
-once per element (the reference every ratio is taken against), and
-``reactivex.range(...).subscribe(...)`` when reactivex is importable. So the ratios measure
-only what the publisher and its subscription add. Each case is timed ``--repeat`` times
-(garbage collector off, as ``timeit`` does) and the best run counts.
+Synchronous (``--elements``, default 1M): a minimal subscriber counts elements and
+requests ``k`` more each time its last ``k`` have arrived (``k`` = 1, 64, 1024;
+``request(1)`` means one request per element), beside a plain Python loop calling the same
+``on_next`` (the reference every ratio of this part is taken against), and
+``reactivex.range(...).subscribe(...)`` when reactivex is importable (timed on
+``--rx-elements``: it is slow). So the ratios measure only what the publisher and its
+subscription add.
 
-Run from the repository root::
+Across threads and through the reference subscribers (``--thread-elements``, default 1M
+ints): each case's handler is the same ``on_element`` (it counts).
 
-    PYTHONPATH=src python benchmarks/core_throughput.py [--elements N] [--repeat K]
+- ``IterablePublisher -> AsyncSubscriber(1024)`` (also ``AsyncIterablePublisher`` and
+  ``IterablePublisher -> MapProcessor``) beside two threads handing the same ints over
+  through a ``collections.deque`` (a producer appending, a consumer popping and calling
+  ``on_element``, yielding its turn with ``sleep(0)`` when the deque is empty: no demand,
+  no bound on the queue) and through a ``queue.SimpleQueue`` (``put``/``get``).
+- ``RangePublisher -> SyncSubscriber(1024)`` beside a plain loop calling ``on_element``.
 
+Each case is timed ``--repeat`` times (the cases across threads once more), the cases
+interleaved, garbage collector off (as ``timeit`` does), and the best run counts. The load
+average is printed: other processes on the machine distort these figures (a ratio far
+above 1 says so), so compare runs made on a quiet machine. Run from the repository root::
+
+    PYTHONPATH=src python benchmarks/core_throughput.py [--elements N] [--thread-elements N]
+        [--rx-elements N] [--repeat K] [--quick] [--json PATH]
+
+``--json PATH`` writes every figure with ``benchmarks/report.py`` (scenario ``core``).
 Exit status 1 means a run delivered the wrong number of elements or did not complete.
-The acceptance target (``request(1024)`` at >= 30% of the plain loop) is printed, never
-enforced: timings depend on the machine.
+Targets (ratios to the same-run baseline) are printed, never enforced: timings depend on
+the machine and its load.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
+import os
 import platform
+import queue
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
-from reactive_streams import RangePublisher, Subscriber, Subscription
+from reactive_streams import (
+    AsyncIterablePublisher,
+    AsyncSubscriber,
+    IterablePublisher,
+    MapProcessor,
+    RangePublisher,
+    Subscriber,
+    Subscription,
+    SyncSubscriber,
+)
+from report import Figure, write
 
 REQUEST_SIZES = (1, 64, 1024)
 TARGET_K = 1024
-TARGET_RATIO = 0.30
+TARGET_RATIO = 0.90  # request(1024) against the plain loop
+THREAD_BATCH = 1024  # batch_size of the reference subscribers
+THREAD_TARGET = 0.50  # IterablePublisher -> AsyncSubscriber against the deque handoff
+SYNC_TARGET = 0.50  # RangePublisher -> SyncSubscriber against the plain loop
+JOIN_TIMEOUT_S = 300.0
 
 
 class NullSubscription(Subscription):
@@ -121,27 +156,210 @@ def reactivex_runner() -> tuple[Callable[[int], CountingSubscriber] | None, str]
     return run, f"reactivex.range {version}"
 
 
-def timed(run: Callable[[int], CountingSubscriber], n: int) -> tuple[float, CountingSubscriber]:
+class Delivery:
+    """What a run delivered: the same three facts as :class:`CountingSubscriber`'s."""
+
+    def __init__(self, count: int, completions: int, error: BaseException | None) -> None:
+        self.count = count
+        self.completions = completions
+        self.error = error
+
+
+Run = Callable[[int], Any]  # returns a CountingSubscriber or a Delivery
+
+
+def timed(run: Run, n: int) -> tuple[float, Any]:
     gc.collect()
     gc.disable()
     try:
         start = time.perf_counter()
-        subscriber = run(n)
+        outcome = run(n)
         elapsed = time.perf_counter() - start
     finally:
         gc.enable()
-    return elapsed, subscriber
+    return elapsed, outcome
 
 
-def check(name: str, subscriber: CountingSubscriber, n: int) -> str | None:
+def check(name: str, outcome: Any, n: int) -> str | None:
     """Why a run's delivery was wrong, or ``None`` when it was right."""
-    if subscriber.error is not None:
-        return f"{name}: the stream failed with {subscriber.error!r}"
-    if subscriber.count != n:
-        return f"{name}: received {subscriber.count} elements, expected {n}"
-    if subscriber.completions != 1:
-        return f"{name}: {subscriber.completions} completion signals, expected exactly 1"
+    if outcome.error is not None:
+        return f"{name}: the stream failed with {outcome.error!r}"
+    if outcome.count != n:
+        return f"{name}: received {outcome.count} elements, expected {n}"
+    if outcome.completions != 1:
+        return f"{name}: {outcome.completions} completion signals, expected exactly 1"
     return None
+
+
+# -- across threads, and the reference subscribers -------------------------------------------
+
+
+class Tally:
+    """The per-element work of every case below: ``on_element`` counts."""
+
+    count = 0
+
+    def on_element(self, element: int) -> None:
+        self.count += 1
+
+
+class AsyncTally(AsyncSubscriber[int]):
+    count = 0
+    on_element = Tally.on_element  # type: ignore[assignment]
+
+
+class SyncTally(SyncSubscriber[int]):
+    count = 0
+    on_element = Tally.on_element  # type: ignore[assignment]
+
+
+def finished(subscriber: AsyncTally | SyncTally) -> Delivery:
+    if not subscriber.wait(JOIN_TIMEOUT_S):
+        return Delivery(subscriber.count, 0,
+                        TimeoutError(f"did not end within {JOIN_TIMEOUT_S} s"))
+    error = subscriber._error
+    return Delivery(subscriber.count, 1 if error is None else 0, error)
+
+
+def run_deque_handoff(n: int) -> Delivery:
+    """Two threads, a deque between them: the bound on handing ints across threads."""
+    tally = Tally()
+    handoff: collections.deque[int] = collections.deque()
+    produced = threading.Event()
+
+    def produce() -> None:
+        append = handoff.append
+        for element in range(n):
+            append(element)
+        produced.set()
+
+    def consume() -> None:
+        popleft = handoff.popleft
+        on_element = tally.on_element
+        while True:
+            try:
+                element = popleft()
+            except IndexError:
+                if produced.is_set() and not handoff:
+                    return
+                time.sleep(0)  # empty: let the producer run
+                continue
+            on_element(element)
+
+    return _two_threads(produce, consume, tally)
+
+
+def run_simple_queue_handoff(n: int) -> Delivery:
+    """Two threads, a ``queue.SimpleQueue`` between them (``get`` blocks when empty)."""
+    tally = Tally()
+    handoff: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+
+    def produce() -> None:
+        put = handoff.put
+        for element in range(n):
+            put(element)
+        put(None)
+
+    def consume() -> None:
+        get = handoff.get
+        on_element = tally.on_element
+        while (element := get()) is not None:
+            on_element(element)
+
+    return _two_threads(produce, consume, tally)
+
+
+def _two_threads(produce: Callable[[], None], consume: Callable[[], None],
+                 tally: Tally) -> Delivery:
+    consumer = threading.Thread(target=consume, name="bench-consumer")
+    producer = threading.Thread(target=produce, name="bench-producer")
+    consumer.start()
+    producer.start()
+    producer.join(JOIN_TIMEOUT_S)
+    consumer.join(JOIN_TIMEOUT_S)
+    if consumer.is_alive():
+        return Delivery(tally.count, 0, TimeoutError("the consumer thread did not end"))
+    return Delivery(tally.count, 1, None)
+
+
+def run_iterable_async(n: int) -> Delivery:
+    subscriber = AsyncTally(batch_size=THREAD_BATCH)
+    IterablePublisher(range(n)).subscribe(subscriber)
+    return finished(subscriber)
+
+
+def run_async_iterable_async(n: int) -> Delivery:
+    async def ints() -> AsyncIterator[int]:
+        for element in range(n):
+            yield element
+
+    subscriber = AsyncTally(batch_size=THREAD_BATCH)
+    AsyncIterablePublisher(ints).subscribe(subscriber)
+    return finished(subscriber)
+
+
+def run_map_async(n: int) -> Delivery:
+    processor: MapProcessor[int, int] = MapProcessor(lambda x: x, buffer_size=THREAD_BATCH)
+    subscriber = AsyncTally(batch_size=THREAD_BATCH)
+    processor.subscribe(subscriber)
+    IterablePublisher(range(n)).subscribe(processor)
+    return finished(subscriber)
+
+
+def run_plain_on_element(n: int) -> Delivery:
+    tally = Tally()
+    on_element = tally.on_element
+    for element in range(n):
+        on_element(element)
+    return Delivery(tally.count, 1, None)
+
+
+def run_range_sync(n: int) -> Delivery:
+    subscriber = SyncTally(batch_size=THREAD_BATCH)
+    RangePublisher(0, n).subscribe(subscriber)  # synchronous: returns at the end
+    return finished(subscriber)
+
+
+DEQUE = "deque handoff, 2 threads"
+SIMPLE_QUEUE = "SimpleQueue handoff, 2 threads"
+ITERABLE_ASYNC = f"IterablePublisher -> AsyncSubscriber({THREAD_BATCH})"
+ASYNC_ITERABLE_ASYNC = f"AsyncIterablePublisher -> AsyncSubscriber({THREAD_BATCH})"
+MAP_ASYNC = f"IterablePublisher -> MapProcessor -> AsyncSubscriber({THREAD_BATCH})"
+PLAIN_ON_ELEMENT = "plain loop calling on_element"
+RANGE_SYNC = f"RangePublisher -> SyncSubscriber({THREAD_BATCH})"
+
+THREAD_CASES: list[tuple[str, Run]] = [
+    (DEQUE, run_deque_handoff),
+    (SIMPLE_QUEUE, run_simple_queue_handoff),
+    (ITERABLE_ASYNC, run_iterable_async),
+    (ASYNC_ITERABLE_ASYNC, run_async_iterable_async),
+    (MAP_ASYNC, run_map_async),
+    (PLAIN_ON_ELEMENT, run_plain_on_element),
+    (RANGE_SYNC, run_range_sync),
+]
+# case -> (baseline, target ratio or None); the rows of the second table
+THREAD_BASELINES: list[tuple[str, str, float | None]] = [
+    (SIMPLE_QUEUE, DEQUE, None),
+    (ITERABLE_ASYNC, DEQUE, THREAD_TARGET),
+    (ITERABLE_ASYNC, SIMPLE_QUEUE, None),
+    (ASYNC_ITERABLE_ASYNC, DEQUE, None),
+    (MAP_ASYNC, DEQUE, None),
+    (RANGE_SYNC, PLAIN_ON_ELEMENT, SYNC_TARGET),
+]
+
+
+def best_of(cases: list[tuple[str, Run]], n: int, repeat: int,
+            failures: list[str]) -> dict[str, float]:
+    """Best elapsed time per case, the cases interleaved so drift hits all alike."""
+    best = {name: float("inf") for name, _ in cases}
+    for _ in range(repeat):
+        for name, run in cases:
+            elapsed, outcome = timed(run, n)
+            problem = check(name, outcome, n)
+            if problem is not None:
+                failures.append(problem)
+            best[name] = min(best[name], elapsed)
+    return best
 
 
 def positive_int(text: str) -> int:
@@ -153,48 +371,93 @@ def positive_int(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Elements/s of RangePublisher -> Subscriber against a plain Python loop.")
-    parser.add_argument("--elements", type=positive_int, default=2_000_000,
-                        help="elements per run (default: %(default)s)")
+        description="Elements/s of the Reactive Streams core against same-run baselines.")
+    parser.add_argument("--elements", type=positive_int, default=None,
+                        help="elements per synchronous run (default: 1000000)")
+    parser.add_argument("--thread-elements", type=positive_int, default=None,
+                        help="elements per run across threads (default: 1000000)")
+    parser.add_argument("--rx-elements", type=positive_int, default=None,
+                        help="elements per reactivex run (default: 100000)")
     parser.add_argument("--repeat", type=positive_int, default=3,
-                        help="runs per case; the best counts (default: %(default)s)")
+                        help="runs per case; the best counts (default: %(default)s; the "
+                             "cases across threads run once more)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tenth of the default sizes")
+    parser.add_argument("--json", metavar="PATH",
+                        help="also write every figure there (benchmarks/report.py)")
     args = parser.parse_args(argv)
-    n: int = args.elements
+    scale = 10 if args.quick else 1
+    n: int = args.elements or 1_000_000 // scale
+    thread_n: int = args.thread_elements or 1_000_000 // scale
+    rx_n: int = args.rx_elements or 100_000 // scale
+    load = os.getloadavg()[0]
 
     cases: list[tuple[str, Callable[[int], CountingSubscriber]]] = [
         ("plain loop calling on_next", run_plain_loop),
     ]
     cases += [(f"RangePublisher request({k})", run_publisher(k)) for k in REQUEST_SIZES]
+    failures: list[str] = []
+    best = best_of(cases, n, args.repeat, failures)  # type: ignore[arg-type]
+    rates = {name: n / best[name] for name, _ in cases}
     rx_run, rx_note = reactivex_runner()
     if rx_run is not None:
+        rx_best = best_of([(rx_note, rx_run)], rx_n, args.repeat, failures)
         cases.append((rx_note, rx_run))
-
-    best = {name: float("inf") for name, _ in cases}
-    failures: list[str] = []
-    for _ in range(args.repeat):
-        for name, run in cases:  # interleaved, so drift in machine speed hits all alike
-            elapsed, subscriber = timed(run, n)
-            problem = check(name, subscriber, n)
-            if problem is not None:
-                failures.append(problem)
-            best[name] = min(best[name], elapsed)
+        rates[rx_note] = rx_n / rx_best[rx_note]
 
     print(f"{n:,} elements per run, best of {args.repeat}; "
-          f"{platform.python_implementation()} {platform.python_version()}")
-    reference = n / best[cases[0][0]]
+          f"{platform.python_implementation()} {platform.python_version()}; "
+          f"load average {load:.2f} on {os.cpu_count()} cpus")
+    reference = rates[cases[0][0]]
     width = max(len(name) for name, _ in cases)
     print(f"{'name':<{width}}  {'elements/s':>13}  {'vs plain loop':>13}")
     for name, _ in cases:
-        rate = n / best[name]
+        rate = rates[name]
         print(f"{name:<{width}}  {rate:>13,.0f}  {rate / reference:>13.2f}")
     if rx_run is None:
         print(f"reactivex baseline skipped: {rx_note}")
+    else:
+        print(f"({rx_note} timed on {rx_n:,} elements)")
 
-    ratio = n / best[f"RangePublisher request({TARGET_K})"] / reference
+    ratio = rates[f"RangePublisher request({TARGET_K})"] / reference
     verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
     print(f"request({TARGET_K}) / plain loop = {ratio:.2f} "
           f"(target >= {TARGET_RATIO:.2f}): {verdict}")
 
+    figures = [
+        Figure("core", name, rates[name], "elements/s", baseline=cases[0][0],
+               baseline_value=reference,
+               target=(">=", TARGET_RATIO) if name.endswith(f"({TARGET_K})") else None,
+               note=f"{rx_n if name == rx_note else n:,} elements, synchronous, "
+                    "a counting subscriber")
+        for name, _ in cases[1:]
+    ]
+
+    thread_repeat = args.repeat + 1
+    thread_best = best_of(THREAD_CASES, thread_n, thread_repeat, failures)
+    thread_rates = {name: thread_n / elapsed for name, elapsed in thread_best.items()}
+    print()
+    print(f"{thread_n:,} ints per run, best of {thread_repeat}; every case's handler is the "
+          "same on_element (it counts)")
+    width = max(len(name) for name, _ in THREAD_CASES)
+    print(f"{'name':<{width}}  {'elements/s':>13}")
+    for name, _ in THREAD_CASES:
+        print(f"{name:<{width}}  {thread_rates[name]:>13,.0f}")
+    width = max(len(case) + len(baseline) for case, baseline, _ in THREAD_BASELINES) + 4
+    print(f"{'ratio':<{width}}  {'value':>6}  target")
+    for case, baseline, target in THREAD_BASELINES:
+        ratio = thread_rates[case] / thread_rates[baseline]
+        verdict = "" if target is None else \
+            f">= {target:.2f}: {'met' if ratio >= target else 'NOT met'}"
+        print(f"{case + ' / ' + baseline:<{width}}  {ratio:>6.2f}  {verdict}")
+        figures.append(Figure(
+            "core", case, thread_rates[case], "elements/s", baseline=baseline,
+            baseline_value=thread_rates[baseline],
+            target=None if target is None else (">=", target),
+            note=f"{thread_n:,} ints; handler counts",
+            extra={"load_average": round(load, 2)}))
+
+    write(args.json, "core", figures)
     if failures:
         print("FAILED: wrong delivery, so the timings above mean nothing:", file=sys.stderr)
         for problem in dict.fromkeys(failures):  # each distinct problem once
