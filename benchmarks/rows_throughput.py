@@ -20,7 +20,9 @@ The baselines do not do what Spark does (a naive ``datetime`` is UTC wall time t
 but local time to Spark; pyarrow takes 5.0 for a BIGINT and bytes for a STRING): the
 ratio is what Spark's semantics cost. Each case runs ``--repeat`` times with the garbage
 collector on, as in the source's runner, after one warm-up on a small slice; the best run
-counts.
+counts. Times are CPU seconds of this process (``time.process_time``; all of it is one
+thread's work), so that other load on the machine disturbs the ratios less; the best
+wall-clock times are in the JSON figures' ``extra``.
 
 Run from the repository root::
 
@@ -89,15 +91,20 @@ def five_column_records(count: int, seed: int = 1) -> list[dict[str, Any]]:
     return records
 
 
-def best_of(repeat: int, run: Callable[[], object]) -> float:
-    """The shortest of ``repeat`` timed runs, in seconds."""
-    times = []
+WALL: dict[str, float] = {}  # the best wall-clock seconds of each timing, by its label
+
+
+def best_of(label: str, repeat: int, run: Callable[[], object]) -> float:
+    """The least CPU time of ``repeat`` runs, in seconds (the least wall time into WALL)."""
+    cpu, wall = [], []
     for _ in range(repeat):
         gc.collect()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         run()
-        times.append(time.perf_counter() - started)
-    return min(times)
+        cpu.append(time.process_time() - started_cpu)
+        wall.append(time.perf_counter() - started)
+    WALL[label] = min(wall)
+    return min(cpu)
 
 
 def columns_by_zip(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.RecordBatch:
@@ -138,32 +145,38 @@ def main(argv: list[str] | None = None) -> int:
         convert(converter, sample)
     pa.RecordBatch.from_pylist(dicts[:1000], schema=schema)
 
-    def tuple_baseline(elements: Sequence[Any]) -> tuple[str, float]:
-        by_zip = best_of(args.repeat, lambda: columns_by_zip(elements, schema))
-        by_struct = best_of(args.repeat, lambda: struct_conversion(elements, schema))
-        if by_zip <= by_struct:
-            return "zip(*rows) + pa.array per column", by_zip
-        return "pa.array(rows, struct type)", by_struct
+    def tuple_baseline(case: str, elements: Sequence[Any]) -> tuple[str, float]:
+        zipped = "zip(*rows) + pa.array per column"
+        struct = "pa.array(rows, struct type)"
+        by_zip = best_of(f"{case}: {zipped}", args.repeat,
+                         lambda: columns_by_zip(elements, schema))
+        by_struct = best_of(f"{case}: {struct}", args.repeat,
+                            lambda: struct_conversion(elements, schema))
+        return (zipped, by_zip) if by_zip <= by_struct else (struct, by_struct)
 
     cases: list[tuple[str, float, str, float]] = []
-    baseline = best_of(args.repeat, lambda: pa.RecordBatch.from_pylist(dicts, schema=schema))
-    cases.append(("dicts", best_of(args.repeat, lambda: convert(converter, dicts)),
-                  "RecordBatch.from_pylist", baseline))
-    name, tuple_time = tuple_baseline(tuples)
-    cases.append(("tuples", best_of(args.repeat, lambda: convert(converter, tuples)),
+    pylist = "RecordBatch.from_pylist"
+    baseline = best_of(f"dicts: {pylist}", args.repeat,
+                       lambda: pa.RecordBatch.from_pylist(dicts, schema=schema))
+    cases.append(("dicts", best_of("dicts", args.repeat, lambda: convert(converter, dicts)),
+                  pylist, baseline))
+    name, tuple_time = tuple_baseline("tuples", tuples)
+    cases.append(("tuples", best_of("tuples", args.repeat, lambda: convert(converter, tuples)),
                   name, tuple_time))
-    name, row_time = tuple_baseline(spark_rows)
-    cases.append(("Rows", best_of(args.repeat, lambda: convert(converter, spark_rows)),
+    name, row_time = tuple_baseline("Rows", spark_rows)
+    cases.append(("Rows", best_of("Rows", args.repeat, lambda: convert(converter, spark_rows)),
                   name, row_time))
     reference = RowConverter(SCHEMA, fast=False)
-    cases.append(("dicts, fast=False", best_of(1, lambda: convert(reference, dicts)),
-                  "RecordBatch.from_pylist", baseline))
+    cases.append(("dicts, fast=False", best_of("dicts, fast=False", 1,
+                                               lambda: convert(reference, dicts)),
+                  pylist, baseline))
 
     print(f"RowConverter vs plain pyarrow, {rows:,} five-column records, best of "
           f"{args.repeat}; Python {platform.python_version()}, pyspark {pyspark.__version__}, "
           f"pyarrow {pa.__version__}, TZ={os.environ.get('TZ', '(unset)')} "
           f"({time.strftime('%Z')}), load {os.getloadavg()[0]:.1f}")
     print(f"making the records: {made:.1f} s")
+    print("CPU seconds, best run (wall-clock in the JSON figures)")
     print(f"{'case':<20} {'seconds':>8} {'rows/s':>11}  {'baseline':<34} {'seconds':>8} "
           f"{'ratio':>6}  target")
     figures = []
@@ -172,10 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         figure = Figure(
             "rows", f"RowConverter.convert, {case}", seconds, "s", baseline=base_name,
             baseline_value=base_seconds, target=target,
-            note=f"{rows:,} records of id BIGINT, name STRING, price DOUBLE, at TIMESTAMP, "
-                 f"ok BOOLEAN; {rows / seconds:,.0f} rows/s",
+            note=f"CPU seconds of {rows:,} records of id BIGINT, name STRING, price DOUBLE, "
+                 f"at TIMESTAMP, ok BOOLEAN; {rows / seconds:,.0f} rows/s",
             extra={"rows": rows, "rows_per_s": rows / seconds,
-                   "baseline_rows_per_s": rows / base_seconds})
+                   "baseline_rows_per_s": rows / base_seconds,
+                   "wall_s": WALL[case], "baseline_wall_s": WALL[f"{case.split(',')[0]}: "
+                                                                 f"{base_name}"],
+                   "load_average": os.getloadavg()[0]})
         figures.append(figure)
         ratio = figure.ratio or 0.0
         verdict = "" if target is None else (

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import inspect
+import operator
 import zoneinfo
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
@@ -89,59 +90,126 @@ _TAKES: list[tuple[tuple[type[DataType], ...], str]] = [
 _CHUNK = 4096
 _SHOWN = 80
 _NONE = type(None)
+_DATETIMES = {datetime.datetime, _NONE}
 _UTC = datetime.timezone.utc
 _EPOCH = datetime.datetime(1970, 1, 1)
+_SECOND_US = 1_000_000
 _MICROSECOND = datetime.timedelta(microseconds=1)
-# Microseconds from datetime.min to the epoch: shifted by it, every datetime is >= 0, so
-# Arrow's integer division (which truncates) floors.
+# datetime's range in microseconds from the epoch; the seconds from datetime.min to the
+# epoch shift every second to >= 0 so that Arrow's integer division (which truncates)
+# floors, and below _ZONE_STRIDE, so that zone and second make one lookup key.
 _MIN_US = (datetime.datetime.min - _EPOCH) // _MICROSECOND
 _MAX_US = (datetime.datetime.max - _EPOCH) // _MICROSECOND
-# Naive datetimes are local time: their offsets are worked out once per distinct second
-# of wall time, unless that would be nearly as many calls as one per value.
-_DISTINCT_SECONDS_SHARE = 0.25
-_DATETIMES = {datetime.datetime, _NONE}
+_SHIFT_S = -_MIN_US // _SECOND_US
+_ZONE_STRIDE = 2**39
+# UTC offsets are looked up once per zone and distinct second of wall time, unless that
+# would be nearly as many lookups as values.
+_DISTINCT_SHARE = 0.25
 
 
-def _whole_second_zone(zone: datetime.tzinfo) -> bool:
-    # pyarrow reads an aware datetime as its wall time minus utcoffset() in whole
-    # seconds, where astimezone() keeps an offset's microseconds too: the two agree for
-    # these zones (tz database offsets are whole seconds).
-    if type(zone) is datetime.timezone:
-        offset = zone.utcoffset(None)
-        return offset is not None and offset.microseconds == 0
-    return type(zone) is zoneinfo.ZoneInfo
+class _Null:
+    """Stands for the epoch of a null value: ``None - _NULL`` is ``None``."""
+
+    __slots__ = ()
+
+    def __rsub__(self, other: None) -> None:
+        return None
+
+
+_NULL = _Null()
 
 
 def _timestamps(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | None:
     """``datetime``s (or ``None``) as Spark stores them in a ``TIMESTAMP`` column.
 
     Spark calls ``value.astimezone(timezone.utc)``: an aware value keeps its instant, a
-    naive one is local time of this process. pyarrow converts the whole column, reading
-    naive values as UTC wall time; their local offset is then looked up once per distinct
-    second (``astimezone`` works in whole seconds of wall time and the fold). ``None``
-    when only value-by-value conversion can say: other time zone classes, a second that is
-    ambiguous or skipped locally (the fold decides), many distinct seconds, or values out
-    of ``datetime``'s range in UTC.
+    naive one is local time of this process. That is the value's wall time less its UTC
+    offset, and the offset depends only on the zone, the wall time's whole second and the
+    fold (``astimezone`` and ``ZoneInfo`` work in whole seconds). So each value's wall time
+    is taken by subtracting an epoch of its own zone (no offset involved), and offsets are
+    worked out once per zone (``datetime.timezone``: one offset) or per zone and distinct
+    second (local time, ``ZoneInfo``). ``None`` when only value-by-value conversion can
+    say: other zone classes, a second where the fold changes the offset (ambiguous or
+    skipped wall time), too many distinct seconds, or a value outside ``datetime``'s range
+    in UTC (``astimezone`` raises).
     """
-    zones = [None if value is None else value.tzinfo for value in values]
-    aware = {zone for zone in set(zones) if zone is not None}
-    if not all(map(_whole_second_zone, aware)):
+    zones = [_NULL if value is None else value.tzinfo for value in values]
+    distinct = list(set(zones))
+    if not all(zone is None or zone is _NULL or type(zone) in _KNOWN_ZONES
+               for zone in distinct):
         return None
-    array = pa.array(values, type=arrow_type)
-    if not aware:
-        array = _local_to_utc(array)  # all naive (nulls stay null)
-    elif None in zones:
-        # Null values are in the mask too (their zone is None): they stay null.
-        naive = pa.array([zone is None for zone in zones], type=pa.bool_())
-        local = _local_to_utc(array.filter(naive))
-        array = None if local is None else pc.replace_with_mask(array, naive, local)
-    if array is None:
-        return None
-    bounds = pc.min_max(array.cast(pa.int64()))
+    epochs: list[Any] = [_NULL if isinstance(zone, _Null) else _EPOCH.replace(tzinfo=zone)
+                         for zone in distinct]
+    if len(distinct) == 1:
+        walls = list(map(operator.sub, values, repeat(epochs[0])))
+        index = None
+    else:
+        position = {zone: i for i, zone in enumerate(distinct)}
+        epoch_of = dict(zip(distinct, epochs, strict=True))
+        walls = list(map(operator.sub, values, map(epoch_of.__getitem__, zones)))
+        index = pa.array(map(position.__getitem__, zones), type=pa.int64())
+    micros = pa.array(walls, type=pa.duration("us")).cast(pa.int64())
+    variable = [int(zone is None or type(zone) is zoneinfo.ZoneInfo) for zone in distinct]
+    keys = None
+    if any(variable):
+        seconds = pc.divide(pc.subtract(micros, _MIN_US), _SECOND_US)  # + _SHIFT_S
+        if index is None:
+            keys = seconds
+        else:
+            keys = pc.add(pc.multiply(index, _ZONE_STRIDE), pc.multiply(
+                seconds, pc.take(pa.array(variable, type=pa.int64()), index)))
+    if keys is None:  # offsets constant per zone
+        offsets = [_offset(zone, None) for zone in distinct]
+        lookup = index
+    else:
+        unique = pc.unique(keys).drop_null()
+        if len(unique) > max(16, _DISTINCT_SHARE * len(values)):
+            return None
+        offsets = []
+        for key in unique.to_pylist():
+            zone = distinct[key // _ZONE_STRIDE]
+            wall = (_EPOCH + datetime.timedelta(seconds=key % _ZONE_STRIDE - _SHIFT_S)
+                    if variable[key // _ZONE_STRIDE] else None)
+            offset = _offset(zone, wall)
+            if offset is None:
+                return None
+            offsets.append(offset)
+        lookup = pc.index_in(keys, unique)
+    if lookup is None:
+        utc = pc.subtract(micros, offsets[0]) if offsets[0] else micros
+    else:
+        utc = pc.subtract(micros, pc.take(pa.array(offsets, type=pa.int64()), lookup))
+    bounds = pc.min_max(utc)
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low is not None and (low < _MIN_US or high > _MAX_US):
         return None  # astimezone() raises OverflowError for these
-    return array
+    return utc.cast(arrow_type)
+
+
+_KNOWN_ZONES = (datetime.timezone, zoneinfo.ZoneInfo)
+
+
+def _offset(zone: Any, wall: datetime.datetime | None) -> int | None:
+    """Microseconds to subtract from a wall time (second ``wall``, when the zone's offset
+    varies) in ``zone`` (``None``: local time) to get UTC; ``None`` if the fold decides."""
+    if zone is _NULL:
+        return 0
+    if wall is None:  # datetime.timezone
+        return zone.utcoffset(None) // _MICROSECOND
+    earlier: datetime.timedelta | None
+    later: datetime.timedelta | None
+    try:
+        if zone is None:
+            earlier = wall - wall.astimezone(_UTC).replace(tzinfo=None)
+            later = wall - wall.replace(fold=1).astimezone(_UTC).replace(tzinfo=None)
+        else:
+            earlier = wall.replace(tzinfo=zone).utcoffset()
+            later = wall.replace(tzinfo=zone, fold=1).utcoffset()
+    except (OverflowError, ValueError, OSError):
+        return None
+    if earlier != later or earlier is None:
+        return None  # ambiguous or skipped there: each value's fold decides
+    return earlier // _MICROSECOND
 
 
 def _wall_times(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | None:
@@ -151,31 +219,6 @@ def _wall_times(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | No
     if any(value.tzinfo is not None for value in values if value is not None):
         return None
     return pa.array(values, type=arrow_type)
-
-
-def _local_to_utc(wall: pa.Array) -> pa.Array | None:
-    """Naive local wall times (read by pyarrow as UTC) moved to UTC as ``astimezone`` does."""
-    micros = wall.cast(pa.int64())
-    seconds = pc.subtract(pc.divide(pc.subtract(micros, _MIN_US), 1_000_000),
-                          -_MIN_US // 1_000_000)
-    distinct = pc.unique(seconds).drop_null()
-    if len(distinct) > max(16, _DISTINCT_SECONDS_SHARE * len(wall)):
-        return None
-    offsets = []
-    for second in distinct.to_pylist():
-        local = _EPOCH + datetime.timedelta(seconds=second)
-        try:
-            earlier = local.astimezone(_UTC)
-            later = local.replace(fold=1).astimezone(_UTC)
-        except (OverflowError, ValueError, OSError):
-            return None
-        if earlier != later:
-            return None  # ambiguous or skipped locally: each value's fold decides
-        offsets.append((local - earlier.replace(tzinfo=None)) // _MICROSECOND)
-    if not any(offsets):
-        return wall
-    per_value = pc.take(pa.array(offsets, type=pa.int64()), pc.index_in(seconds, distinct))
-    return pc.subtract(micros, per_value).cast(wall.type)
 
 
 class _Refused(TypeError):
@@ -292,11 +335,21 @@ class _Column:
         self.text = isinstance(data_type, StringType)
         bits = next((b for kind, b in _INTEGRAL_BITS if isinstance(data_type, kind)), None)
         self.bounds = None if bits is None else (-2**(bits - 1), 2**(bits - 1) - 1)
-        # Whether array() looks at the values' types.
+        # Whether array() looks at the values' types, or first lets pyarrow infer them.
         self.typed = self.bounds is not None or bool(self.native) or self.columnar is not None
+        self.inferred = fast and isinstance(data_type, LongType)
 
     def array(self, values: Sequence[Any], types: set[type] | None = None) -> pa.Array:
         """``values`` as an Arrow array; ``types``, when known, are their types."""
+        if types is None and self.inferred:
+            # pyarrow infers int64 only when every value is an int (no float, Decimal or
+            # bool), which is what the type check below is for: one pass instead of two.
+            try:
+                array = pa.array(values)
+            except Exception:
+                array = None
+            if array is not None and array.type == self.arrow_type:
+                return array
         if types is None and self.typed:
             types = set(map(type, values))
         if self.bounds is not None:
@@ -306,7 +359,10 @@ class _Column:
                                           and types <= self.native):
             return pa.array(values, type=self.arrow_type)
         if self.columnar is not None and types is not None and types <= _DATETIMES:
-            array = self.columnar(values, self.arrow_type)
+            try:
+                array = self.columnar(values, self.arrow_type)
+            except Exception:  # whatever it is, Spark's own conversion below says
+                array = None
             if array is not None:
                 return array
         convert = self.convert_value
@@ -549,7 +605,7 @@ class RowConverter:
             return [[None] * len(elements) if i is None else
                     list(map(tuple.__getitem__, elements, repeat(i))) for i in positions], unknown
         if kinds == {dict}:
-            if not set(chain.from_iterable(elements)) <= self.name_set:
+            if not set().union(*elements) <= self.name_set:  # every key is a column's
                 return None
             return [list(map(dict.get, elements, repeat(name))) for name in self.names], unknown
         return None
@@ -572,9 +628,9 @@ class RowConverter:
         if not isinstance(first, (list, tuple)) or fields.count(first) != len(fields):
             return None
         names = list(first)[:length]
-        if len(set(names)) != len(names) or not self.name_set.issuperset(names):
+        if not self.name_set.issuperset(names):
             return None
-        index = {name: i for i, name in enumerate(names)}
+        index = {name: i for i, name in enumerate(names)}  # a name twice: the last, as asDict
         return [index.get(name) for name in self.names]
 
     def _nulls_fit(self, arrays: list[pa.Array]) -> bool:

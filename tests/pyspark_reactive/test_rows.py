@@ -428,11 +428,12 @@ def local_zone(name: str) -> Iterator[None]:
         time.tzset()
 
 
-class _Plus90(datetime.tzinfo):
-    """A zone class of the user's own: pyarrow and astimezone each call its utcoffset."""
+class _Odd(datetime.tzinfo):
+    """A zone class of the user's own, 90 minutes and a microsecond ahead of UTC (pyarrow
+    would drop the microsecond)."""
 
     def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
-        return datetime.timedelta(minutes=90)
+        return datetime.timedelta(minutes=90, microseconds=1)
 
     def dst(self, dt: datetime.datetime | None) -> datetime.timedelta:
         return datetime.timedelta(0)
@@ -442,13 +443,15 @@ ZONES: list[datetime.tzinfo | None] = [
     None, None, None, datetime.timezone.utc,
     datetime.timezone(datetime.timedelta(hours=-3, minutes=-30)),
     datetime.timezone(datetime.timedelta(hours=1, microseconds=7)),  # astimezone keeps the 7
-    ZoneInfo("America/New_York"), ZoneInfo("Europe/Amsterdam"), _Plus90()]
-# Near the ends of datetime's range, a day of New York's DST gap and one of its fold, and
-# events a few milliseconds apart (many values in one second).
+    ZoneInfo("America/New_York"), ZoneInfo("Europe/Amsterdam"), _Odd()]
+# Any (the ends of datetime's range too), hours around New York's DST gap and fold and
+# Lord Howe's, and events a few milliseconds apart (many values in one second).
 MOMENTS = st.one_of(
     st.datetimes(),
-    st.datetimes(datetime.datetime(2026, 3, 8), datetime.datetime(2026, 3, 9)),
-    st.datetimes(datetime.datetime(2026, 11, 1), datetime.datetime(2026, 11, 2)),
+    st.datetimes(datetime.datetime(2026, 3, 8, 1), datetime.datetime(2026, 3, 8, 4)),
+    st.datetimes(datetime.datetime(2026, 11, 1, 0), datetime.datetime(2026, 11, 1, 3)),
+    st.datetimes(datetime.datetime(2026, 4, 5, 1), datetime.datetime(2026, 4, 5, 3)),
+    st.datetimes(datetime.datetime(2026, 10, 4, 1), datetime.datetime(2026, 10, 4, 3)),
     st.integers(0, 5000).map(lambda ms: datetime.datetime(2026, 11, 1, 5, 59, 58)
                              + datetime.timedelta(milliseconds=ms)))
 TIMESTAMPS = st.builds(lambda moment, fold, zone: moment.replace(fold=fold, tzinfo=zone),
@@ -470,8 +473,10 @@ ODD = {
     "name": st.one_of(st.integers(), st.booleans(), st.floats(allow_nan=False),
                       st.binary(max_size=2), st.just(["a"]), st.just("a\ud800")),
     "price": st.one_of(st.just("1.5"), st.booleans()),
-    "at": st.one_of(st.dates(), st.just("2026-01-01"), st.just(datetime.datetime.max.replace(
-        tzinfo=datetime.timezone(-datetime.timedelta(hours=1))))),
+    "at": st.one_of(st.dates(), st.just("2026-01-01"), st.sampled_from([
+        datetime.datetime.max.replace(tzinfo=datetime.timezone(-datetime.timedelta(hours=1))),
+        datetime.datetime.min.replace(tzinfo=datetime.timezone(datetime.timedelta(hours=1))),
+        datetime.datetime.max, datetime.datetime.min])),
     "ok": st.one_of(st.integers(0, 1), st.just("true")),
     "local": st.one_of(TIMESTAMPS, st.dates()),
     "raw": st.one_of(st.text(max_size=2), st.builds(bytearray, st.binary(max_size=2))),
@@ -479,9 +484,17 @@ ODD = {
 }
 
 
-def _values(schema: StructType, odd: bool) -> st.SearchStrategy[dict[str, Any]]:
-    pick = (lambda name: st.one_of(GOOD[name], ODD[name])) if odd else GOOD.__getitem__
-    return st.fixed_dictionaries({name: pick(name) for name in schema.fieldNames()})
+@st.composite
+def _records(draw: st.DrawFn, schema: StructType) -> list[dict[str, Any]]:
+    """Records of good values; or with one odd value, so that nothing else hides it."""
+    names = schema.fieldNames()
+    records = draw(st.lists(st.fixed_dictionaries({name: GOOD[name] for name in names}),
+                            max_size=30), "records")
+    if records and draw(st.booleans(), "one odd value"):
+        name = draw(st.sampled_from(names), "odd column")
+        records[draw(st.integers(0, len(records) - 1), "odd record")][name] = draw(
+            ODD[name], "odd value")
+    return records
 
 
 def _shaped(schema: StructType, values: dict[str, Any], shape: str) -> Any:
@@ -536,8 +549,7 @@ def assert_same_as_reference(schema: StructType, elements: list[Any]) -> pa.Reco
 @given(data=st.data())
 def test_the_fast_paths_give_the_references_batches_and_errors(
         zone: str, schema: StructType, data: st.DataObject) -> None:
-    odd = data.draw(st.booleans(), "odd values")
-    rows = data.draw(st.lists(_values(schema, odd), max_size=30), "values")
+    rows = data.draw(_records(schema))
     # Mostly one shape (the fast paths), sometimes any mix.
     shapes = data.draw(st.one_of(st.sampled_from(UNIFORM).map(lambda s: [s] * len(rows)),
                                  st.lists(st.sampled_from(SHAPES), min_size=len(rows),
@@ -586,3 +598,32 @@ def test_a_folded_local_time_follows_its_fold() -> None:
     assert [r["at"] for r in got] == [datetime.datetime(2026, 11, 1, 5, 30, tzinfo=utc),
                                       datetime.datetime(2026, 11, 1, 6, 30, tzinfo=utc),
                                       datetime.datetime(2026, 11, 1, 17, 0, tzinfo=utc)]
+
+
+TEXTS = StructType([StructField("a", StringType()), StructField("b", StringType())])
+EDGES: dict[str, tuple[StructType, list[Any]]] = {
+    "after datetime.max in UTC": (FIVE, [(1, "a", 1.0, datetime.datetime(2026, 1, 1), True),
+                                         (2, "b", 2.0, datetime.datetime.max.replace(
+                                             tzinfo=datetime.timezone(
+                                                 -datetime.timedelta(hours=1))), False)]),
+    "before datetime.min in UTC": (one("at", TimestampType()), [
+        datetime.datetime.min.replace(tzinfo=datetime.timezone(datetime.timedelta(hours=1)))]),
+    "naive datetime.max, local time behind UTC": (one("at", TimestampType()), [
+        datetime.datetime(2026, 1, 1), datetime.datetime.max]),
+    "Rows by position and by name": (TEXTS, [Row("p", "q"), Row(b="s", a="r")]),  # type: ignore[call-overload]
+    "Rows by position, too short": (PAIR, [Row(1), Row(2)]),  # type: ignore[call-overload]
+    "Rows of a factory, fewer values than names": (PAIR, [Row("id", "name")(1),
+                                                          Row("id", "name")(2)]),
+    "Rows with a name twice": (PAIR, [Row("id", "id")(1, 2), Row("id", "id")(3, 4)]),
+    "Rows with a name that is no column": (PAIR, [Row(id=1, nmae="a"), Row(id=2, nmae="b")]),
+    "dicts, a key that is no column": (PAIR, [{"id": 1}, {"id": 2, "nmae": "b"}]),
+    "one column, scalars and tuples": (one("n", LongType()), [1, (2,), 3.0]),
+}
+
+
+@pytest.mark.parametrize(("schema", "elements"), [
+    pytest.param(*case, id=name) for name, case in EDGES.items()])
+def test_edges_give_the_references_batches_and_errors(schema: StructType,
+                                                      elements: list[Any]) -> None:
+    with local_zone("America/New_York"):
+        assert_same_as_reference(schema, elements)
