@@ -219,6 +219,9 @@ def _pairs_publisher(options: Any) -> Publisher[pa.RecordBatch]:
     size, total = int(options["size"]), int(options["total"])
     bad = int(options.get("badAt", -1))
     resume = options.resume.offset
+    if "resumedTo" in options:
+        with open(options["resumedTo"], "a") as out:
+            out.write(f"{resume}\n")
 
     def batches() -> Iterator[pa.RecordBatch]:
         for first in range(resume - resume % size, total, size):
@@ -272,3 +275,30 @@ def test_a_batch_that_does_not_fit_fails_the_query_after_the_rows_before_it(
             "to the declared bigint (int64)") in failure
     assert watch.batch_sizes(query) == [600]
     assert sorted(r.id for r in spark.table(name).collect()) == list(range(600))
+
+
+def test_a_restarted_query_resumes_the_publisher_at_a_row_inside_a_batch(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # Without a log, a run ends with the rows past its last batch unplanned; the next run
+    # resumes the publisher at the row Spark asks for next, inside one of its batches.
+    output, checkpoint, resumed = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "at"
+    df = read_stream(spark, _pairs_publisher, schema="id BIGINT, name STRING",
+                     fillWaitMs=30_000, size=300, total=2500, maxRecordsPerTrigger=1000,
+                     availableNowMaxRecords=1300, resumedTo=resumed,
+                     recordTo=tmp_path / "requests.jsonl")
+    sizes: list[int] = []
+    for _ in range(4):  # Spark 4.2+: 1300 rows a run; 4.0/4.1: one batch of 1000
+        query = (df.writeStream.format("parquet").option("path", str(output))
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        queries.append(query)
+        assert watch.wait_terminated(query) is None
+        sizes += watch.batch_sizes(query)
+        if sum(sizes) >= 2500:
+            break
+    assert max(sizes) <= 1000, sizes
+    ids = [r.id for r in spark.read.parquet(str(output)).collect()]
+    assert sorted(ids) == list(range(2500)), "a row lost or repeated across the restarts"
+    starts = [int(line) for line in resumed.read_text().split()]
+    assert starts[0] == 0 and any(start % 300 for start in starts), starts
