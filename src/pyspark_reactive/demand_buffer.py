@@ -339,7 +339,7 @@ class DemandBuffer(Subscriber[Any]):
         ``pyarrow.RecordBatch`` es: the buffer counts rows from the start and requests one
         batch at a time (see the module's docstring).
         """
-        if getattr(publisher, "arrow_batches", False) is True:
+        if self._arrow is None and getattr(publisher, "arrow_batches", False) is True:
             self._arrow = True
         publisher.subscribe(self)
 
