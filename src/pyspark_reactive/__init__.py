@@ -7,9 +7,11 @@ Out: :func:`publish` and :class:`ForeachBatchPublisher` make a query's output a 
 :func:`local_session` is the configured local SparkSession of tests, demo and notebooks.
 :func:`expose` serves a live publisher of this process to the source, and
 :func:`serve_publisher` a query's output to remote clients, over RSocket (extra
-``rsocket``, imported when called).
+``rsocket``, imported when called). :func:`arrow_batches` declares a publisher of
+``pyarrow.RecordBatch`` elements, which the source takes whole.
 """
 
+from .arrow_elements import arrow_batches
 from .foreach_writer import SubscriberForeachWriter
 from .options import OptionError
 from .remote import expose, serve_publisher
@@ -23,6 +25,7 @@ __all__ = [
     "OptionError",
     "SparkConnectNotSupported",
     "SubscriberForeachWriter",
+    "arrow_batches",
     "expose",
     "local_session",
     "publish",

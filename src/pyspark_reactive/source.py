@@ -641,15 +641,15 @@ class _QueryRun:
                 intake.finish(left)
             except Exception:
                 log.exception("reactive source: could not keep %d buffered rows in the "
-                              "write-ahead log at %s; they are lost", len(left),
+                              "write-ahead log at %s; they are lost", buffer.count(left),
                               self.options.wal_location)
             else:
                 if left:
                     log.info("reactive source: kept %d buffered rows in the write-ahead log",
-                             len(left))
+                             buffer.count(left))
             self.wal.unlock()
         else:
-            lost = len(left) + intake.end - (intake.base + self._released)
+            lost = buffer.count(left) + intake.end - (intake.base + self._released)
             if lost:
                 log.warning("reactive source: %d buffered rows are lost (no walLocation)",
                             lost)
