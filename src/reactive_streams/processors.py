@@ -23,7 +23,9 @@ class MapProcessor(Processor[T, R], Generic[T, R]):
     while the slowest subscriber's backlog plus the outstanding upstream demand leaves
     room in ``buffer_size``, refilling when half of it is free. Nothing is requested before
     the first subscriber arrives. A subscriber that joins later starts at the next
-    element that arrives from upstream.
+    element that arrives from upstream. An element goes straight to a subscriber that has
+    demand and nothing queued, on the thread that delivered it from upstream; otherwise
+    it waits in that subscriber's backlog, which is signalled in chunks as demand comes.
 
     Errors are propagated (§4.2): an upstream ``on_error``, or an exception raised by
     ``fn`` (which also cancels upstream), reaches every subscriber after the elements it
