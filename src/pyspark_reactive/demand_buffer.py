@@ -116,6 +116,9 @@ class DemandBuffer(Subscriber[Any]):
         # still arrive before no more batches are requested.
         self._allowance: int | None = None
         self.max_outstanding = 0  # the most demand ever outstanding, for tests and logs
+        # time.monotonic() of the first element's arrival (None before it, and in a buffer
+        # made with arrow=False): a rate measured from it leaves out the publisher's start.
+        self.first_at: float | None = None
         self._terminal: BaseException | None = None
         self._completed = False
         self._cancelled = False
@@ -219,6 +222,7 @@ class DemandBuffer(Subscriber[Any]):
 
     def _decide(self, element: Any) -> None:
         # The first element of a publisher that did not declare its kind decides it.
+        self.first_at = time.monotonic()
         if type(element) is not _RecordBatch:
             self._arrow = False
             # Cleared first, then checked: a cancel, drain or end writes its own flag
@@ -245,6 +249,8 @@ class DemandBuffer(Subscriber[Any]):
             self._too_many(batches)
             return
         self._batches = batches
+        if batches == 1 and self.first_at is None:
+            self.first_at = time.monotonic()
         rows = _rows_of(element)
         with self._demand:
             if self._allowance is not None:
