@@ -119,6 +119,7 @@ class DemandBuffer(Subscriber[Any]):
         # time.monotonic() of the first element's arrival (None before it, and in a buffer
         # made with arrow=False): a rate measured from it leaves out the publisher's start.
         self.first_at: float | None = None
+        self.first_rows = 0  # the rows the first element brought (1, or its batch's)
         self._terminal: BaseException | None = None
         self._completed = False
         self._cancelled = False
@@ -223,6 +224,7 @@ class DemandBuffer(Subscriber[Any]):
     def _decide(self, element: Any) -> None:
         # The first element of a publisher that did not declare its kind decides it.
         self.first_at = time.monotonic()
+        self.first_rows = _rows_of(element)
         if type(element) is not _RecordBatch:
             self._arrow = False
             # Cleared first, then checked: a cancel, drain or end writes its own flag
@@ -249,9 +251,9 @@ class DemandBuffer(Subscriber[Any]):
             self._too_many(batches)
             return
         self._batches = batches
-        if batches == 1 and self.first_at is None:
-            self.first_at = time.monotonic()
         rows = _rows_of(element)
+        if batches == 1 and self.first_at is None:
+            self.first_at, self.first_rows = time.monotonic(), rows
         with self._demand:
             if self._allowance is not None:
                 self._allowance = max(0, self._allowance - rows)

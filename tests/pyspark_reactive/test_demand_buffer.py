@@ -377,3 +377,20 @@ def test_arrow_drain_counts_rows() -> None:
     buffer.on_next(_batches([2])[0])
     assert buffer.buffered == 0 and buffer.refused == 1
     buffer.close()
+
+
+def test_the_first_element_s_arrival_and_rows_are_recorded() -> None:
+    rows = DemandBuffer(10, own_thread=False)
+    rows.on_subscribe(_Silent())
+    assert rows.first_at is None
+    began = time.monotonic()
+    rows.on_next("a")
+    rows.on_next("b")
+    assert rows.first_at is not None and began <= rows.first_at <= time.monotonic()
+    assert rows.first_rows == 1
+    batches = DemandBuffer(100, own_thread=False, arrow=True)
+    batches.on_subscribe(_Silent())
+    batches.on_next(_batch([1, 2, 3]))
+    assert batches.first_at is not None and batches.first_rows == 3
+    rows.close()
+    batches.close()
