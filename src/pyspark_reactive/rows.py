@@ -105,6 +105,7 @@ _ZONE_STRIDE = 2**39
 # UTC offsets are looked up once per zone and distinct second of wall time, unless that
 # would be nearly as many lookups as values.
 _DISTINCT_SHARE = 0.25
+_KNOWN_ZONES = (datetime.timezone, zoneinfo.ZoneInfo)
 
 
 class _Null:
@@ -135,6 +136,7 @@ def _timestamps(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | No
     """
     zones = [_NULL if value is None else value.tzinfo for value in values]
     distinct = list(set(zones))
+    # Other zone classes may compute offsets from more than the wall second and the fold.
     if not all(zone is None or zone is _NULL or type(zone) in _KNOWN_ZONES
                for zone in distinct):
         return None
@@ -184,9 +186,6 @@ def _timestamps(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | No
     if low is not None and (low < _MIN_US or high > _MAX_US):
         return None  # astimezone() raises OverflowError for these
     return utc.cast(arrow_type)
-
-
-_KNOWN_ZONES = (datetime.timezone, zoneinfo.ZoneInfo)
 
 
 def _offset(zone: Any, wall: datetime.datetime | None) -> int | None:
@@ -329,8 +328,6 @@ class _Column:
                 self.columnar = _timestamps
             elif isinstance(data_type, TimestampNTZType):
                 self.columnar = _wall_times
-        # Direct and string columns can go through pyarrow's tuple-to-struct conversion.
-        self.pyarrow_only = direct or isinstance(data_type, StringType)
         self.flat = not isinstance(data_type, _NESTED)
         self.text = isinstance(data_type, StringType)
         bits = next((b for kind, b in _INTEGRAL_BITS if isinstance(data_type, kind)), None)
@@ -502,8 +499,6 @@ class RowConverter:
         # One column: scalars are its value; one nested column: every element is.
         self.whole_element = isinstance(only, _NESTED)
         self.single = only is not None
-        self.struct_type = pa.struct(list(self.arrow_schema))
-        self.pyarrow_only = all(column.pyarrow_only for column in self.columns)
 
     def convert(self, elements: Sequence[Any],
                 first_offset: int) -> tuple[pa.RecordBatch, RowConversionError | None]:
@@ -526,9 +521,7 @@ class RowConverter:
         # The element types, once: the fast paths choose by them.
         kinds = set(map(type, elements))
         if self.fast:
-            batch = self._as_structs(elements, kinds)
-            if batch is None:
-                batch = self._by_columns(elements, kinds)
+            batch = self._by_columns(elements, kinds)
             if batch is not None:
                 return batch, None
         # Mixed shapes, or a value the fast paths cannot take: element by element, which
@@ -584,7 +577,8 @@ class RowConverter:
         every element has the same shape; ``None`` otherwise.
 
         What each shape means is :meth:`_row`'s: these are its cases taken a whole column
-        at a time (``operator.itemgetter`` and ``dict.get`` over all elements).
+        at a time (``operator.itemgetter``, ``dict.get`` or a slice over all elements), with
+        no Python call per element.
         """
         width = len(self.names)
         unknown: list[set[type] | None] = [None] * width
@@ -601,9 +595,12 @@ class RowConverter:
             positions = self._row_positions(elements)
             if positions is None:
                 return None
-            # tuple's own __getitem__: Row's, in Python, would be called once per value.
-            return [[None] * len(elements) if i is None else
-                    list(map(tuple.__getitem__, elements, repeat(i))) for i in positions], unknown
+            # All values in one list, by tuple's iterator (Row's __getitem__ is Python, and
+            # a tuple per row would wake the garbage collector), then every length-th.
+            length = len(elements[0])
+            values = list(chain.from_iterable(elements))
+            return [[None] * len(elements) if i is None else values[i::length]
+                    for i in positions], unknown
         if kinds == {dict}:
             if not set().union(*elements) <= self.name_set:  # every key is a column's
                 return None
@@ -636,42 +633,6 @@ class RowConverter:
     def _nulls_fit(self, arrays: list[pa.Array]) -> bool:
         return not any(not c.nullable and a.null_count
                        for c, a in zip(self.columns, arrays, strict=True))
-
-    def _as_structs(self, elements: Sequence[Any], kinds: set[type]) -> pa.RecordBatch | None:
-        """All of ``elements`` as a batch through pyarrow's tuple and dict conversion.
-
-        Splitting many tuples into Python lists column by column costs several times
-        more than pyarrow reading them whole, so plain rows go this way. ``None`` when
-        the elements are not all plain tuples or all dicts of known keys, a column needs
-        Spark's conversion, or anything fails: the column by column path decides then.
-        """
-        if not self.pyarrow_only or self.whole_element or not elements:
-            return None
-        if kinds == {tuple}:
-            if set(map(len, elements)) != {len(self.names)}:
-                return None
-            value_lists = [map(itemgetter(i), elements) for i in range(len(self.names))]
-        elif kinds == {dict}:
-            if not set(chain.from_iterable(elements)) <= self.name_set:
-                return None
-            value_lists = [map(dict.get, elements, repeat(name)) for name in self.names]
-        else:
-            return None
-        for column, values in zip(self.columns, value_lists, strict=True):
-            if not column.native and column.bounds is None:
-                continue
-            types = set(map(type, values))
-            if column.native and not types <= column.native:
-                return None
-            if column.bounds is not None and any(issubclass(t, _FRACTIONAL) for t in types):
-                return None
-        try:
-            arrays = pa.array(elements, type=self.struct_type).flatten()
-        except Exception:
-            return None
-        if not self._nulls_fit(arrays):
-            return None
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
 
     def _first_bad_value(self, columns: list[list[Any]]) -> tuple[int, _Column, str] | None:
         # The earliest bad value in any column: a later column may fail at an earlier row.

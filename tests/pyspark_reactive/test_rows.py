@@ -438,6 +438,9 @@ class _Odd(datetime.tzinfo):
     def dst(self, dt: datetime.datetime | None) -> datetime.timedelta:
         return datetime.timedelta(0)
 
+    def tzname(self, dt: datetime.datetime | None) -> str:
+        return "odd"
+
 
 ZONES: list[datetime.tzinfo | None] = [
     None, None, None, datetime.timezone.utc,
@@ -489,11 +492,11 @@ def _records(draw: st.DrawFn, schema: StructType) -> list[dict[str, Any]]:
     """Records of good values; or with one odd value, so that nothing else hides it."""
     names = schema.fieldNames()
     records = draw(st.lists(st.fixed_dictionaries({name: GOOD[name] for name in names}),
-                            max_size=30), "records")
-    if records and draw(st.booleans(), "one odd value"):
-        name = draw(st.sampled_from(names), "odd column")
-        records[draw(st.integers(0, len(records) - 1), "odd record")][name] = draw(
-            ODD[name], "odd value")
+                            max_size=30))
+    odd: bool = draw(st.booleans())
+    if records and odd:
+        name = draw(st.sampled_from(names))
+        records[draw(st.integers(0, len(records) - 1))][name] = draw(ODD[name])
     return records
 
 
