@@ -437,7 +437,7 @@ def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession)
     # IPC, kept for a Spark without toArrowBatchRdd) is the reference for every type.
     from pyspark_reactive.sink import _arrow_batches, _arrow_batches_through_python
 
-    batch = spark.range(0, 600, numPartitions=3).selectExpr(
+    batch = spark.range(0, 600, numPartitions=2).selectExpr(
         "id", "IF(id % 7 = 0, NULL, CAST(id AS STRING)) AS text", "id / 3 AS ratio",
         "id % 2 = 0 AS even", "TIMESTAMP'2024-03-01 12:00:00' + make_interval(0,0,0,0,0,0,id)"
         " AS at", "CAST(TIMESTAMP'2024-03-01 12:00:00' AS TIMESTAMP_NTZ) AS local_at",
