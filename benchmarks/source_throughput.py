@@ -27,7 +27,7 @@ partitions. The source runner's peak memory is reported beside the figure.
 
 Each source runs once small as a warm-up, then each query ``--repeat`` times, the queries
 taking turns; the best run counts. ``--quick`` runs a fifth of the rows. The default run
-takes about 90 s on 2 cores.
+took 109 s on 2 cores under a load average of 7 to 10 (other benchmarks running).
 
 Run from the repository root::
 
