@@ -1,5 +1,7 @@
-"""Elements to Arrow: every accepted shape, the good prefix before a bad element, and a
-round trip of the batch through a real Spark Python data source."""
+"""Elements to Arrow: every accepted shape, the good prefix before a bad element, a round
+trip of the batch through a real Spark Python data source, and the column-at-a-time fast
+paths giving exactly the batches and errors of the element-by-element reference
+(``fast=False``) under several local time zones."""
 
 from __future__ import annotations
 
@@ -227,14 +229,27 @@ def test_timestamp_ntz_is_wall_time_and_takes_naive_datetimes_only() -> None:
     assert error is not None and error.value == aware and "naive datetime" in str(error)
 
 
+@contextmanager
+def local_zone(name: str) -> Iterator[None]:
+    """This process's local time zone is ``name`` inside the block."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
 @pytest.fixture
-def new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def new_york() -> Iterator[None]:
     """This process's local time zone is New York for the test."""
-    monkeypatch.setenv("TZ", "America/New_York")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+    with local_zone("America/New_York"):
+        yield
 
 
 @pytest.mark.usefixtures("new_york")
@@ -410,22 +425,6 @@ MORE = StructType([
 # Time zones whose naive local time has moved: DST gaps and folds (New York), an offset
 # of 19 min 32 s until 1937 (Amsterdam), a 30-minute DST (Lord Howe), and none (UTC).
 LOCAL_ZONES = ["America/New_York", "Europe/Amsterdam", "Australia/Lord_Howe", "UTC"]
-
-
-@contextmanager
-def local_zone(name: str) -> Iterator[None]:
-    """This process's local time zone is ``name`` inside the block."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = name
-    time.tzset()
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
 
 
 class _Odd(datetime.tzinfo):
