@@ -294,6 +294,13 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
         # Terminal state reached and everything released; later calls do nothing.
         self._done = False
         self._failure: BaseException | None = None
+        # §2.13 aside, a subscriber of ours handles a whole chunk in one call while its
+        # on_next is the one that call stands for (a subclass overriding on_next gets
+        # every on_next call): see SyncSubscriber._deliver.
+        batched = getattr(type(subscriber), "_batched_on_next", None)
+        self._deliver: Callable[[Iterable[T]], int] | None = \
+            getattr(subscriber, "_deliver", None) \
+            if batched is not None and type(subscriber).on_next is batched else None
 
     # -- used by publishers --------------------------------------------------------------
 
@@ -428,6 +435,7 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
         chunk = self._chunk
         lazy = source.lazy
         on_next = subscriber.on_next
+        deliver = self._deliver
         delivered = 0  # in this turn, for the fairness hand-back below
         while True:
             demand = self._demand
@@ -436,7 +444,26 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                 elements, terminal = source.pull(wanted)
             except BaseException as exc:  # the source failed: the stream fails
                 elements, terminal = (), exc
-            if lazy and wanted:
+            if deliver is not None and wanted and not lazy:
+                # The whole chunk in one call, each element handled as an on_next would
+                # handle it; at most `wanted` elements (§1.1), settled against demand below.
+                # Not for a lazy source: its iterator runs between elements, and a
+                # subscriber in the middle of a chunk leaves a cancel() from another
+                # thread to the chunk's thread, which would wait for the next element.
+                try:
+                    count = deliver(elements)
+                except BaseException as exc:
+                    # A None element (§2.13; a source breaking its contract), or
+                    # iterating the sequence raised: the stream fails with it. Or the
+                    # handler raised a KeyboardInterrupt after cancelling: not ours to
+                    # absorb.
+                    if self._halt:
+                        self._halted()
+                        if not isinstance(exc, Exception):
+                            raise
+                        return False
+                    count, terminal = 0, exc
+            elif lazy and wanted:
                 # Each element is signalled as soon as the source produces it; the count
                 # is settled against demand once per chunk (§1.1: at most `wanted`).
                 count = 0
@@ -517,6 +544,7 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
             self._done = True
         # §3.13: drop the subscriber (and the source, which may refer to it) for good.
         self._subscriber = None
+        self._deliver = None
         self._source = None
         if source is not None:
             try:

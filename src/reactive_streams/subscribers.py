@@ -11,7 +11,9 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Executor
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
 from .api import UNBOUNDED, Publisher, Subscriber, Subscription
@@ -24,6 +26,9 @@ T = TypeVar("T")
 
 #: A ``_slow_at`` above any outstanding demand: every element takes the long way.
 _ALWAYS = UNBOUNDED
+
+#: Marks the end of a chunk in SyncSubscriber._deliver.
+_END: Any = object()
 
 
 class _BatchingSubscriber(Subscriber[T], Generic[T]):
@@ -220,16 +225,98 @@ class SyncSubscriber(_BatchingSubscriber[T], Generic[T]):
         try:
             keep = self.on_element(element)
         except BaseException as exc:
-            self._busy = False
-            with self._guard:
-                self._stop(exc)
-            if not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt, SystemExit: not ours to absorb
+            self._handler_raised(exc)
             return
         self._busy = False
         if keep is False or left <= self._slow_at:  # or cancel() came meanwhile
             with self._guard:
                 self._after_element(keep)
+            self._cancel_if_requested()
+
+    def _handler_raised(self, error: BaseException) -> None:
+        """on_element raised outside the guard: cancel, end with ``error`` (§2.13)."""
+        self._busy = False
+        with self._guard:
+            self._stop(error)
+        if not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt, SystemExit: not ours to absorb
+
+    #: The ``on_next`` that :meth:`_deliver` stands for. An emitter hands this subscriber
+    #: whole chunks only while ``type(subscriber).on_next is _batched_on_next``, so a
+    #: subclass that overrides ``on_next`` gets every ``on_next`` call.
+    _batched_on_next = on_next
+
+    def _deliver(self, elements: Iterable[T]) -> int:
+        """Handle ``elements`` in order, exactly as that many :meth:`on_next` calls would.
+
+        The fast path of :class:`~reactive_streams.signalling.Emitter`: one call per chunk
+        instead of one per element. Each element is counted against the outstanding demand
+        before ``on_element`` sees it, refills are requested at the same points, and a
+        cancel (``on_element`` returning False or raising, :meth:`cancel` from any thread)
+        stops the delivery after the element being handled (§2.7, §3.12). The caller
+        delivers only within its demand (§1.1), from elements already produced: no code
+        of anyone else's may run between two elements (iterating ``elements`` included),
+        since a cancel() from another thread meanwhile waits for the next element or the
+        end of the chunk.
+
+        Returns the number of elements taken from ``elements``; fewer than it holds only
+        once this subscriber has stopped (and so cancelled the subscription). Raises
+        ``TypeError`` at a ``None`` element (§2.13), after handling the ones before it, and
+        whatever iterating ``elements`` raises.
+        """
+        on_element = self.on_element
+        it = iter(elements)
+        count = 0
+        # Raised for the whole chunk; see on_next for how it pairs with cancel().
+        self._busy = True
+        try:
+            while True:
+                # Elements that go the short way, as on_next's one comparison would sort
+                # them: until a refill is due. A cancel is looked for after each one.
+                room = self._outstanding - 1 - self._slow_at
+                if room > 0:
+                    before = self._outstanding
+                    for element in islice(it, room):
+                        if element is None:
+                            raise TypeError("§2.13: on_next's element must not be None")
+                        self._outstanding -= 1
+                        try:
+                            keep = on_element(element)
+                        except BaseException as exc:
+                            self._handler_raised(exc)
+                            return count + before - self._outstanding
+                        if keep is False or self._cancel_requested:
+                            break
+                    else:
+                        count += before - self._outstanding
+                        room = 0  # the run is over: the next element, if any, the long way
+                    if room:  # the handler cancelled, or cancel() came meanwhile
+                        count += before - self._outstanding
+                        self._busy = False
+                        with self._guard:
+                            self._after_element(keep)
+                        self._cancel_if_requested()
+                        if self._stopped:
+                            return count
+                        self._busy = True
+                        continue
+                element = next(it, _END)
+                if element is _END:
+                    return count
+                if element is None:
+                    raise TypeError("§2.13: on_next's element must not be None")
+                count += 1
+                self._busy = False
+                with self._guard:
+                    self._handle_next(element)  # the refill is made here
+                self._cancel_if_requested()
+                if self._stopped:
+                    return count
+                self._busy = True
+        finally:
+            # Lowered before the last look at the cancel flag: a cancel() that saw it
+            # still raised left the cancelling to this thread.
+            self._busy = False
             self._cancel_if_requested()
 
     def on_error(self, error: BaseException) -> None:

@@ -385,3 +385,228 @@ def test_async_subscriber_finds_elements_that_arrive_as_its_thread_stops() -> No
     assert subscriber.seen == list(range(handed_over + 1))
     subscriber.on_complete()
     subscriber.join(5)
+
+
+# -- SyncSubscriber's chunk path: Emitter -> SyncSubscriber._deliver --------------------------
+
+
+class SpySubscription(Subscription):
+    """Passes calls on to the emitter and records every request."""
+
+    def __init__(self, inner: Subscription) -> None:
+        self.inner = inner
+        self.requests: list[int] = []
+
+    def request(self, n: int) -> None:
+        self.requests.append(n)
+        self.inner.request(n)
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+
+class Watched(SyncSubscriber[int]):
+    """Records each element, the outstanding demand it saw, the requests made, and checks
+    §1.1 at every element; ``stop_at``/``how`` make it cancel or raise at one element."""
+
+    def __init__(self, batch_size: int, stop_at: int | None = None, how: str = "") -> None:
+        super().__init__(batch_size)
+        self.stop_at, self.how = stop_at, how
+        self.elements: list[int] = []
+        self.seen_outstanding: list[int] = []
+        self.finished_with: list[BaseException | None] = []
+        self.spy: SpySubscription | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.spy = SpySubscription(subscription)
+        super().on_subscribe(self.spy)
+
+    def on_element(self, element: int) -> bool | None:
+        assert self.spy is not None
+        self.elements.append(element)
+        self.seen_outstanding.append(self.outstanding)
+        assert len(self.elements) <= sum(self.spy.requests), (
+            f"§1.1: element {len(self.elements)} signalled for a demand of "
+            f"{sum(self.spy.requests)}")
+        if element == self.stop_at:
+            if self.how == "return False":
+                return False
+            if self.how == "cancel()":
+                self.cancel()
+            if self.how == "raise":
+                raise ValueError(f"handler failed at {element}")
+        return None
+
+    def on_finished(self, error: BaseException | None) -> None:
+        self.finished_with.append(error)
+
+
+class WatchedOnNext(Watched):
+    """The same, with on_next overridden: every element must come through on_next."""
+
+    on_next_calls = 0
+
+    def on_next(self, element: int) -> None:
+        self.on_next_calls += 1
+        super().on_next(element)
+
+
+def _range(n: int) -> Publisher[int]:
+    return RangePublisher(0, n)
+
+
+def _lazy(n: int) -> Publisher[int]:
+    return IterablePublisher(range(n))
+
+
+def test_the_chunk_path_is_taken_only_while_on_next_is_the_subscribers_own() -> None:
+    assert Emitter(Watched(8), Queue())._deliver is not None
+    assert Emitter(WatchedOnNext(8), Queue())._deliver is None
+    subscriber = WatchedOnNext(batch_size=16)
+    RangePublisher(0, 1000).subscribe(subscriber)
+    subscriber.join(5)
+    assert subscriber.on_next_calls == 1000, "an overridden on_next missed elements"
+    assert subscriber.elements == list(range(1000))
+
+
+@pytest.mark.parametrize("make", [_range, _lazy], ids=["range", "iterable"])
+@pytest.mark.parametrize("batch_size", [1, 2, 7, 64, 1024])
+def test_the_chunk_path_requests_and_counts_as_on_next_does(
+        make: Callable[[int], Publisher[int]], batch_size: int) -> None:
+    """Same elements, same requests at the same elements, same outstanding demand seen by
+    each on_element, one completion after the last element: chunk path == on_next path."""
+    n = 5000
+    fast, slow = Watched(batch_size), WatchedOnNext(batch_size)
+    for subscriber in (fast, slow):
+        make(n).subscribe(subscriber)
+        subscriber.join(10)
+    assert fast.elements == slow.elements == list(range(n))
+    assert fast.spy is not None and slow.spy is not None
+    assert fast.spy.requests == slow.spy.requests
+    assert fast.spy.requests[0] == batch_size and max(fast.spy.requests) <= batch_size
+    assert fast.seen_outstanding == slow.seen_outstanding
+    assert min(fast.seen_outstanding) >= 0
+    assert fast.finished_with == slow.finished_with == [None]
+    assert slow.on_next_calls == n
+
+
+@pytest.mark.parametrize("how", ["return False", "cancel()", "raise"])
+@pytest.mark.parametrize("stop_at", [0, 100, 511, 512, 1023])
+def test_a_cancel_from_on_element_stops_the_chunk_at_once(how: str, stop_at: int) -> None:
+    produced = Produced()
+    subscriber = Watched(1024, stop_at=stop_at, how=how)
+    IterablePublisher(lambda: produced.ints(100_000)).subscribe(subscriber)
+    assert produced.closed.wait(10), "the cancelled subscription never closed its source"
+    assert subscriber.wait(5)
+    assert subscriber.elements == list(range(stop_at + 1)), (
+        f"§3.12: {len(subscriber.elements)} elements handled, {stop_at + 1} expected")
+    # The lazy loop looks for a cancel after its iterator produced the next element.
+    assert produced.count <= stop_at + 2, "the source was read on after the cancel"
+    assert len(subscriber.finished_with) == 1
+    error = subscriber.finished_with[0]
+    if how == "raise":
+        assert isinstance(error, ValueError) and str(error) == f"handler failed at {stop_at}"
+    else:
+        assert error is None
+
+    ranged = Watched(1024, stop_at=stop_at, how=how)
+    RangePublisher(0, 100_000).subscribe(ranged)  # synchronous: returns at the end
+    assert ranged.elements == list(range(stop_at + 1))
+    assert len(ranged.finished_with) == 1
+
+
+class Listed(Source[Any]):
+    """An eager source handing out a list (or what ``make`` makes of it) at the first pull."""
+
+    def __init__(self, elements: list[Any], make: Callable[[list[Any]], Any] = list) -> None:
+        self.elements, self.make = elements, make
+
+    def pull(self, n: int) -> tuple[Sequence[Any], Terminal | None]:
+        assert n >= len(self.elements) or n == 0
+        taken, self.elements = self.elements, []
+        return self.make(taken), None
+
+
+class BreaksAt(list):  # type: ignore[type-arg]
+    """A sequence whose iteration raises after ``at`` elements."""
+
+    at = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self[:self.at]
+        raise OSError("the source broke")
+
+
+@pytest.mark.parametrize("at", [300, 511])  # in a run of short-way elements; at a refill
+@pytest.mark.parametrize("bad", ["None", "raise"])
+def test_a_chunk_failing_in_the_middle_ends_after_the_elements_before_it(
+        bad: str, at: int) -> None:
+    subscriber = Watched(1024)
+    elements: list[Any] = list(range(1000))
+    if bad == "None":
+        elements[at] = None  # an eager source breaking its contract: §2.13 still holds
+        source = Listed(elements)
+    else:
+        BreaksAt.at = at
+        source = Listed(elements, BreaksAt)
+    emitter = Emitter(subscriber, source)
+    assert emitter._deliver is not None
+    emitter.start()
+    assert subscriber.wait(5)
+    assert subscriber.elements == list(range(at))
+    [error] = subscriber.finished_with
+    if bad == "None":
+        assert isinstance(error, TypeError) and "§2.13" in str(error)
+    else:
+        assert isinstance(error, OSError) and str(error) == "the source broke"
+
+
+def test_cancel_from_another_thread_at_the_end_of_a_chunk_is_not_lost() -> None:
+    """A cancel() that comes after the chunk's last element was handled, while the
+    subscriber still counts as busy, is acted on by the chunk's thread on its way out."""
+    at_end = threading.Event()
+    release = threading.Event()
+
+    class EndsSlowly(list):  # type: ignore[type-arg]
+        def __iter__(self) -> Iterator[Any]:
+            yield from list.__iter__(self)
+            at_end.set()
+            assert release.wait(5)
+
+    subscriber = Watched(1024)
+    emitter = Emitter(subscriber, Listed(list(range(10)), EndsSlowly))
+    publisher = threading.Thread(target=emitter.start)
+    publisher.start()
+    assert at_end.wait(5)
+    subscriber.cancel()  # returns at once; the chunk's thread does the cancelling
+    release.set()
+    publisher.join(5)
+    assert subscriber.wait(5), "the cancel was lost: nothing more comes to act on it"
+    assert emitter.cancelled and subscriber.elements == list(range(10))
+    assert subscriber.finished_with == [None]
+
+
+def test_cancel_from_another_thread_during_a_chunk_stops_after_the_running_element() -> None:
+    inside = threading.Event()
+    release = threading.Event()
+
+    class Blocking(Watched):
+        def on_element(self, element: int) -> bool | None:
+            super().on_element(element)
+            if element == 100:
+                inside.set()
+                assert release.wait(5)
+            return None
+
+    subscriber = Blocking(1024)
+    publisher = threading.Thread(target=RangePublisher(0, 100_000).subscribe,
+                                 args=(subscriber,))
+    publisher.start()
+    assert inside.wait(5)
+    subscriber.cancel()  # returns at once; on_element(100) is still running
+    assert not subscriber.finished, "§2.7: cancel() ended the subscriber beside on_element"
+    release.set()
+    publisher.join(5)
+    assert subscriber.wait(5)
+    assert subscriber.elements == list(range(101))
+    assert subscriber.finished_with == [None]
