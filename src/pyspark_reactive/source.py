@@ -218,6 +218,11 @@ def _offset(offset: Mapping[str, Any] | None) -> Any:
     return value
 
 
+# How long the first batch looks at what follows a publisher's first element before it
+# judges the publisher's rate (at 200 elements/s it sees about 4 more).
+FIRST_RATE_LOOK_S = 0.02
+
+
 class _QueryRun:
     """Everything one query run holds in the runner: subscription, rows, the log."""
 
@@ -366,18 +371,32 @@ class _QueryRun:
         for ``most`` only when the publisher's rate since the last batch was cut would fill
         the batch within what is left of ``fillWaitMs``: a slow stream's rows then go at
         once instead of waiting for rows that cannot come in time (the wait would only add
-        to their latency), while a fast one still gives full batches.
+        to their latency), while a fast one still gives full batches. Before the first
+        batch the rate counts from the publisher's first element, so a slow start does not
+        pass for a slow stream.
         """
         left = self.options.fill_wait_ms / 1000
         if buffer.buffered == 0:
             began = time.monotonic()
             buffer.wait(1, left, self._orphaned)
             left = max(0.0, left - (time.monotonic() - began))
+        if buffer.buffered >= most or left <= 0:
+            return
+        since, before = self._cut_at or 0.0, self._cut_received
+        if before == 0 and buffer.first_at is not None:
+            # No batch cut yet: the publisher's start (its factory, connecting, its first
+            # element) is not its rate. Count from its first element, after a short look
+            # at what follows it.
+            look = min(left, FIRST_RATE_LOOK_S - (time.monotonic() - buffer.first_at))
+            if look > 0:
+                buffer.wait(most, look, self._orphaned)
+                left -= look
+            since, before = buffer.first_at, buffer.first_rows
         buffered = buffer.buffered
         if buffered >= most or left <= 0:
             return
-        elapsed = time.monotonic() - (self._cut_at or 0.0)
-        arrived = buffer.received - self._cut_received
+        elapsed = time.monotonic() - since
+        arrived = buffer.received - before
         if arrived <= 0 or (most - buffered) * elapsed / arrived > left:
             return
         buffer.wait(most, left, self._orphaned)

@@ -22,6 +22,35 @@ def test_python_workers_run_the_drivers_interpreter(spark: SparkSession) -> None
     assert set(workers.collect()) == {sys.executable}
 
 
+def _pyspark_origin(_: object) -> str:
+    import pyspark
+
+    zipped = [p for p in sys.path if p.endswith(".zip") and "pyspark" in Path(p).parts]
+    return f"{pyspark.__file__} {zipped}"
+
+
+def test_spark_s_python_processes_import_the_installed_pyspark_not_its_zip(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # Spark puts pyspark.zip first on its Python processes' PYTHONPATH; local_session()'s
+    # launcher takes it off, so they import the installed, byte-compiled pyspark.
+    import pyspark
+
+    installed = f"{pyspark.__file__} []"
+    workers = spark.sparkContext.parallelize(range(2), 2).map(_pyspark_origin).collect()
+    assert set(workers) == {installed}
+    # The source runner, where the factory is called.
+    from pyspark_reactive import read_stream
+    from reactive_streams import IterablePublisher
+
+    df = read_stream(spark, lambda options: IterablePublisher([_pyspark_origin(None)]),
+                     schema="origin STRING")
+    query = (df.writeStream.format("memory").queryName("runner_origin")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert [r.origin for r in spark.table("runner_origin").collect()] == [installed]
+
+
 def test_settings_from_spark_defaults_conf_are_applied(spark: SparkSession) -> None:
     spark_conf = spark.sparkContext.getConf()
     assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
