@@ -13,7 +13,10 @@ termination is timed. Beside it, in the same run:
     Python process does at best to turn such records into Arrow (the target: reactive at
     >= 0.6 of it); (a) and (b) best of two, after a small warm-up call;
 (c) Spark's own ``SimpleDataSourceStreamReader`` returning the same tuples, a batch's worth
-    per ``read``, ``availableNow``, ``noop`` (the target: reactive at >= 3x it).
+    per ``read``, ``availableNow``, ``noop`` (the target: reactive at >= 3x it);
+(d) the alternative design of converting on the executors, as a prototype: a Python
+    streaming source whose runner ships each batch's dicts pickled in two partitions and
+    whose ``read()`` converts them with the source's ``RowConverter``.
 
 While each Spark query runs, the peak resident memory of the source runner, the Python
 driver, its JVM and the Python workers is sampled (``memory.py``) and reported beside
@@ -33,6 +36,7 @@ import argparse
 import datetime as dt
 import gc
 import itertools
+import pickle
 import platform
 import sys
 import tempfile
@@ -43,7 +47,12 @@ from typing import Any
 import pyarrow as pa
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+    SimpleDataSourceStreamReader,
+)
 
 from memory import DRIVER_JVM, DRIVER_PYTHON, PYTHON_WORKERS, SOURCE_RUNNER, ProcessTreeMemory
 from pyspark_reactive import local_session, read_stream
@@ -60,6 +69,8 @@ SCHEMA = "id BIGINT, name STRING, value DOUBLE, ts TIMESTAMP, flag BOOLEAN"
 ARROW_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("value", pa.float64()),
                           ("ts", pa.timestamp("us", tz="UTC")), ("flag", pa.bool_())])
 PYLIST_TARGET = 0.6
+PARTITIONS = 2  # (d): one per core of local[2]
+EXECUTORS = "(d) converting on the executors, dicts"
 SIMPLE_TARGET = 3.0
 WARM_ROWS = 20_000
 EPOCH = 1_700_000_000.0
@@ -129,6 +140,66 @@ class SimpleRecords(DataSource):
         return SimpleRecordsReader(int(self.options["rows"]), int(self.options["batch"]))
 
 
+class RawPartition(InputPartition):
+    """(d): a batch's share of raw records, pickled in the runner for ``read()``."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+
+class ExecutorConvertingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """(d) the design the issue asks to consider: the runner takes a batch's records as
+    they come (dicts), ships them pickled, split over ``PARTITIONS`` partitions, and
+    ``read()`` converts them on the executors with the source's own ``RowConverter``."""
+
+    def __init__(self, rows: int, batch: int, schema: Any) -> None:
+        self.rows, self.batch, self.spark_schema = rows, batch, schema
+        self.next = 0
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: Any = None, limit: Any = None) -> dict[str, int]:
+        low = self.next if start is None else start["offset"]
+        self.next = min(self.rows, low + self.batch)
+        return {"offset": self.next}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        records = list(dicts(start["offset"], end["offset"]))
+        step = -(-len(records) // PARTITIONS)
+        return [RawPartition(pickle.dumps(records[i:i + step], protocol=5))
+                for i in range(0, len(records), step)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark_reactive.rows import RowConverter
+
+        assert isinstance(partition, RawPartition)
+        batch, error = RowConverter(self.spark_schema).convert(
+            pickle.loads(partition.payload), 0)
+        if error is not None:
+            raise error
+        yield batch
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class ExecutorConverting(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench_executor_converting"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> ExecutorConvertingReader:
+        return ExecutorConvertingReader(int(self.options["rows"]), int(self.options["batch"]),
+                                        schema)
+
+
 def generation_alone(rows: int) -> float:
     gc.collect()
     began = time.perf_counter()
@@ -185,6 +256,12 @@ def simple_frame(spark: SparkSession, rows: int, batch: int) -> DataFrame:
             .option("batch", batch).load())
 
 
+def executor_frame(spark: SparkSession, rows: int, batch: int) -> DataFrame:
+    spark.dataSource.register(ExecutorConverting)
+    return (spark.readStream.format(ExecutorConverting.name()).option("rows", rows)
+            .option("batch", batch).load())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="records per query")
@@ -211,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reactive, dicts": lambda n, b: reactive_frame(spark, "dicts", n, b),
         "reactive, tuples": lambda n, b: reactive_frame(spark, "tuples", n, b),
         "(c) SimpleDataSourceStreamReader, tuples": lambda n, b: simple_frame(spark, n, b),
+        EXECUTORS: lambda n, b: executor_frame(spark, n, b),
     }
     seconds: dict[str, float] = {}
     memory: dict[str, ProcessTreeMemory] = {}
@@ -273,6 +351,12 @@ def figures_of(rows: int, batch: int, plain: Mapping[str, float],
                                   baseline="(a) generation alone",
                                   baseline_value=rows / plain["(a) generation alone"],
                                   note="the generator alone is the ceiling of any source"))
+    if EXECUTORS in seconds and "reactive, dicts" in seconds:
+        figures.append(Figure(
+            "source", "records, reactive, dicts", rows / seconds["reactive, dicts"],
+            "rows/s", baseline=EXECUTORS, baseline_value=rows / seconds[EXECUTORS],
+            note="converting in the runner (the source) beside a prototype of converting "
+                 "on the executors"))
     dicts_memory = memory.get("reactive, dicts")
     if dicts_memory is not None:
         for kind in (SOURCE_RUNNER, DRIVER_PYTHON, DRIVER_JVM, PYTHON_WORKERS):
