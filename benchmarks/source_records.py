@@ -16,7 +16,9 @@ termination is timed. Beside it, in the same run:
     per ``read``, ``availableNow``, ``noop`` (the target: reactive at >= 3x it);
 (d) the alternative design of converting on the executors, as a prototype: a Python
     streaming source whose runner ships each batch's dicts pickled in two partitions and
-    whose ``read()`` converts them with the source's ``RowConverter``.
+    whose ``read()`` converts them with the source's ``RowConverter``;
+(e) Spark taking the same records as ready Arrow (made once per worker, outside the timed
+    batches' work) from a Python source: the ceiling of any Python source here.
 
 While each Spark query runs, the peak resident memory of the source runner, the Python
 driver, its JVM and the Python workers is sampled (``memory.py``) and reported beside
@@ -71,6 +73,7 @@ ARROW_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("value", p
 PYLIST_TARGET = 0.6
 PARTITIONS = 2  # (d): one per core of local[2]
 EXECUTORS = "(d) converting on the executors, dicts"
+CEILING = "(e) Spark taking ready Arrow from a Python source"
 SIMPLE_TARGET = 3.0
 WARM_ROWS = 20_000
 EPOCH = 1_700_000_000.0
@@ -200,6 +203,40 @@ class ExecutorConverting(DataSource):
                                         schema)
 
 
+_MADE: dict[tuple[int, int], pa.RecordBatch] = {}
+
+
+class ArrowCeilingReader(ExecutorConvertingReader):
+    """(e) Spark's ceiling for these records from any Python source: ``read()`` yields
+    the batch's records as Arrow made once per worker process (no generation, no
+    conversion in the timed run), so what remains is Spark taking Arrow from Python."""
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        low, high = start["offset"], end["offset"]
+        step = -(-(high - low) // PARTITIONS)
+        return [RawPartition(pickle.dumps((i, min(high, i + step))))
+                for i in range(low, high, step)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RawPartition)
+        low, high = pickle.loads(partition.payload)
+        size = high - low
+        if (low % self.batch, size) not in _MADE:  # the same records' shape, made once
+            _MADE[(low % self.batch, size)] = pa.RecordBatch.from_pylist(
+                list(dicts(low, high)), schema=ARROW_SCHEMA)
+        yield _MADE[(low % self.batch, size)]
+
+
+class ArrowCeiling(ExecutorConverting):
+    @classmethod
+    def name(cls) -> str:
+        return "bench_arrow_ceiling"
+
+    def streamReader(self, schema: Any) -> ArrowCeilingReader:
+        return ArrowCeilingReader(int(self.options["rows"]), int(self.options["batch"]),
+                                  schema)
+
+
 def generation_alone(rows: int) -> float:
     gc.collect()
     began = time.perf_counter()
@@ -262,6 +299,12 @@ def executor_frame(spark: SparkSession, rows: int, batch: int) -> DataFrame:
             .option("batch", batch).load())
 
 
+def ceiling_frame(spark: SparkSession, rows: int, batch: int) -> DataFrame:
+    spark.dataSource.register(ArrowCeiling)
+    return (spark.readStream.format(ArrowCeiling.name()).option("rows", rows)
+            .option("batch", batch).load())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="records per query")
@@ -289,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reactive, tuples": lambda n, b: reactive_frame(spark, "tuples", n, b),
         "(c) SimpleDataSourceStreamReader, tuples": lambda n, b: simple_frame(spark, n, b),
         EXECUTORS: lambda n, b: executor_frame(spark, n, b),
+        CEILING: lambda n, b: ceiling_frame(spark, n, b),
     }
     seconds: dict[str, float] = {}
     memory: dict[str, ProcessTreeMemory] = {}
@@ -351,6 +395,12 @@ def figures_of(rows: int, batch: int, plain: Mapping[str, float],
                                   baseline="(a) generation alone",
                                   baseline_value=rows / plain["(a) generation alone"],
                                   note="the generator alone is the ceiling of any source"))
+    if CEILING in seconds and "reactive, dicts" in seconds:
+        figures.append(Figure(
+            "source", "records, reactive, dicts", rows / seconds["reactive, dicts"],
+            "rows/s", baseline=CEILING, baseline_value=rows / seconds[CEILING],
+            note="Spark taking the same records as ready Arrow from a Python source: "
+                 "the ceiling of any Python source on this machine"))
     if EXECUTORS in seconds and "reactive, dicts" in seconds:
         figures.append(Figure(
             "source", "records, reactive, dicts", rows / seconds["reactive, dicts"],
