@@ -29,9 +29,6 @@ _ALWAYS = UNBOUNDED
 
 #: Marks the end of a chunk in SyncSubscriber._deliver.
 _END: Any = object()
-#: sleep(0) calls an AsyncSubscriber's idle loop makes before giving its thread back
-# (see AsyncSubscriber._await_elements).
-_IDLE_YIELDS = 3
 
 
 class _BatchingSubscriber(Subscriber[T], Generic[T]):
@@ -446,32 +443,11 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
                     self._handle_elements()  # the ones sent before the terminal signal
                     self._handle_terminal(value if kind == "error" else None)
             if not self._elements:
-                if not self._await_elements():
-                    break
-                continue  # elements or a signal came while the thread yielded
+                break
             self._handle_elements()
         if self._stopped:
             self._elements.clear()  # §2.8: late elements are accepted and dropped
             self._release_runner()
-        return False
-
-    def _await_elements(self) -> bool:
-        """Before going idle, yield the GIL a few times for a publisher still owing elements.
-
-        True when elements or a signal came meanwhile (the loop goes on without a new
-        dispatch); False to go idle. Bounded (``_IDLE_YIELDS`` ``sleep(0)`` calls, a few
-        microseconds), and only while subscribed, not stopped and with demand outstanding:
-        a publisher whose thread was woken by a refill request then hands its elements to
-        this running loop, instead of starting it again through the executor for each
-        half batch. Nothing is read ahead or held back: it only waits.
-        """
-        if self._stopped or self._outstanding <= 0:
-            return False
-        elements, signals = self._elements, self._signals
-        for _ in range(_IDLE_YIELDS):
-            time.sleep(0)
-            if elements or signals:
-                return True
         return False
 
     def _handle_elements(self) -> None:

@@ -11,7 +11,6 @@ import random
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -27,7 +26,6 @@ from reactive_streams import (
     Subscription,
     SyncSubscriber,
 )
-from reactive_streams import subscribers as subscribers_module
 from reactive_streams.signalling import Emitter, SerialWorker, Source, Terminal
 
 
@@ -612,112 +610,3 @@ def test_cancel_from_another_thread_during_a_chunk_stops_after_the_running_eleme
     assert subscriber.wait(5)
     assert subscriber.elements == list(range(101))
     assert subscriber.finished_with == [None]
-
-
-# -- AsyncSubscriber's idle yields: a few sleep(0) calls before giving its thread back ------
-
-
-class YieldHook:
-    """Stands in for the ``time`` module of ``reactive_streams.subscribers``: runs
-    ``during`` at the handling thread's first idle ``sleep(0)``, as if the publisher's
-    thread acted while it yielded."""
-
-    def __init__(self, during: Callable[[], None]) -> None:
-        self.during: Callable[[], None] | None = during
-        self.yields = 0
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds == 0
-        self.yields += 1
-        action, self.during = self.during, None
-        if action is not None:
-            action()
-
-    def __getattr__(self, name: str) -> Any:
-        import time
-        return getattr(time, name)
-
-
-class CountingExecutor(ThreadPoolExecutor):
-    """One thread; counts how often the subscriber's loop was dispatched."""
-
-    def __init__(self) -> None:
-        super().__init__(1, thread_name_prefix="counting")
-        self.dispatches = 0
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        self.dispatches += 1
-        return super().submit(fn, *args, **kwargs)
-
-
-class Handled(AsyncSubscriber[int]):
-    def __init__(self, executor: ThreadPoolExecutor) -> None:
-        super().__init__(batch_size=8, executor=executor)
-        self.seen: list[int] = []
-
-    def on_element(self, element: int) -> None:
-        self.seen.append(element)
-
-
-def _settle(executor: ThreadPoolExecutor) -> None:
-    # The subscriber's loop runs on the executor's one thread: a task submitted after it
-    # runs once that loop has given the thread back.
-    assert executor.submit(lambda: None).result(10) is None
-
-
-def test_an_element_sent_while_the_idle_loop_yields_is_handled_by_that_loop(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    executor = CountingExecutor()
-    subscriber = Handled(executor)
-    hook = YieldHook(lambda: subscriber.on_next(7))
-    monkeypatch.setattr(subscribers_module, "time", hook)
-    try:
-        subscriber.on_subscribe(PushingSubscription())
-        _settle(executor)
-        assert subscriber.seen == [7]
-        # One dispatch for on_subscribe (the settle task aside): the element came while
-        # that loop yielded, so on_next found it running and did not start another.
-        assert executor.dispatches == 2
-        assert hook.yields >= 1
-    finally:
-        subscriber.cancel()
-        executor.shutdown(wait=True)
-
-
-def test_a_cancel_while_the_idle_loop_yields_drops_what_came_with_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    executor = CountingExecutor()
-    subscriber = Handled(executor)
-    subscription = PushingSubscription()
-
-    def element_then_cancel() -> None:
-        subscriber.on_next(7)
-        subscriber.cancel()
-
-    monkeypatch.setattr(subscribers_module, "time", YieldHook(element_then_cancel))
-    try:
-        subscriber.on_subscribe(subscription)
-        assert subscription.cancelled.wait(10), "the cancel was not passed upstream"
-        _settle(executor)
-        assert subscriber.seen == []  # queued, then cancelled: dropped, never handled
-        assert subscriber.wait(0)
-    finally:
-        executor.shutdown(wait=True)
-
-
-def test_the_idle_loop_gives_its_thread_back_while_the_publisher_owes_elements() -> None:
-    """A publisher that stalls with demand outstanding: the handling thread yields a few
-    times and is then given back to the (shared, one-thread) executor, which runs other
-    work; a later element starts the loop again."""
-    executor = CountingExecutor()
-    subscriber = Handled(executor)
-    try:
-        subscriber.on_subscribe(PushingSubscription())
-        _settle(executor)  # fails (times out) if the idle loop kept the thread
-        assert subscriber.outstanding == 8 and subscriber.seen == []
-        subscriber.on_next(1)
-        _settle(executor)
-        assert subscriber.seen == [1]
-    finally:
-        subscriber.cancel()
-        executor.shutdown(wait=True)
