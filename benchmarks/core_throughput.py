@@ -16,7 +16,12 @@ ints): each case's handler is the same ``on_element`` (it counts).
   ``IterablePublisher -> MapProcessor``) beside two threads handing the same ints over
   through a ``collections.deque`` (a producer appending, a consumer popping and calling
   ``on_element``, yielding its turn with ``sleep(0)`` when the deque is empty: no demand,
-  no bound on the queue) and through a ``queue.SimpleQueue`` (``put``/``get``).
+  no bound on the queue) and through a ``queue.SimpleQueue`` (``put``/``get``). The deque
+  handoff does less than a Reactive Streams path must: nothing bounds what is in flight,
+  and its idle consumer spins instead of being woken. So a third baseline does what the
+  path must do and no more: a deque with at most 1024 ints in flight (half given back
+  each time half has been handled), either side blocking on a condition when it has
+  nothing to do and woken by the other. The target stays against the deque handoff.
 - ``RangePublisher -> SyncSubscriber(1024)`` beside a plain loop calling ``on_element``.
 
 Each case is timed ``--repeat`` times (the cases across threads once more), the cases
@@ -259,6 +264,75 @@ def run_deque_handoff(n: int) -> Delivery:
     return _two_threads(produce, consume, tally)
 
 
+class _Bounded:
+    """The state two threads share in :func:`run_bounded_handoff`."""
+
+    def __init__(self, credit: int) -> None:
+        self.credit = credit  # elements the producer may still append
+        self.consumer_idle = False  # the consumer waits on `ready`
+        self.produced = False
+        self.lock = threading.Lock()
+        self.more_credit = threading.Condition(self.lock)
+        self.ready = threading.Condition(threading.Lock())
+
+
+def run_bounded_handoff(n: int) -> Delivery:
+    """Two threads, a deque between them, with what a Reactive Streams path must do too:
+    at most ``THREAD_BATCH`` ints in flight (the consumer gives back half of it each time
+    it has handled half), and a side with nothing to do blocks until the other wakes it
+    (no spinning). The fair bound for ``IterablePublisher -> AsyncSubscriber``."""
+    tally = Tally()
+    handoff: collections.deque[int] = collections.deque()
+    state = _Bounded(THREAD_BATCH)
+    half = THREAD_BATCH // 2
+
+    def produce() -> None:
+        append = handoff.append
+        start = 0
+        while start < n:
+            with state.more_credit:
+                while state.credit == 0:
+                    state.more_credit.wait()
+                credit, state.credit = state.credit, 0
+            end = min(n, start + credit)
+            for element in range(start, end):
+                append(element)
+                if state.consumer_idle:
+                    with state.ready:
+                        state.consumer_idle = False
+                        state.ready.notify()
+            start = end
+        with state.ready:
+            state.produced = True
+            state.consumer_idle = False
+            state.ready.notify()
+
+    def consume() -> None:
+        popleft = handoff.popleft
+        on_element = tally.on_element
+        handled = 0
+        while True:
+            try:
+                element = popleft()
+            except IndexError:
+                with state.ready:
+                    if not handoff:
+                        if state.produced:
+                            return
+                        state.consumer_idle = True
+                        state.ready.wait()
+                continue
+            on_element(element)
+            handled += 1
+            if handled == half:
+                handled = 0
+                with state.more_credit:
+                    state.credit += half
+                    state.more_credit.notify()
+
+    return _two_threads(produce, consume, tally)
+
+
 def run_simple_queue_handoff(n: int) -> Delivery:
     """Two threads, a ``queue.SimpleQueue`` between them (``get`` blocks when empty)."""
     tally = Tally()
@@ -332,6 +406,7 @@ def run_range_sync(n: int) -> Delivery:
 
 DEQUE = "deque handoff, 2 threads"
 SIMPLE_QUEUE = "SimpleQueue handoff, 2 threads"
+BOUNDED = f"bounded deque handoff ({THREAD_BATCH} in flight, blocking waits), 2 threads"
 ITERABLE_ASYNC = f"IterablePublisher -> AsyncSubscriber({THREAD_BATCH})"
 ASYNC_ITERABLE_ASYNC = f"AsyncIterablePublisher -> AsyncSubscriber({THREAD_BATCH})"
 MAP_ASYNC = f"IterablePublisher -> MapProcessor -> AsyncSubscriber({THREAD_BATCH})"
@@ -341,6 +416,7 @@ RANGE_SYNC = f"RangePublisher -> SyncSubscriber({THREAD_BATCH})"
 THREAD_CASES: list[tuple[str, Run]] = [
     (DEQUE, run_deque_handoff),
     (SIMPLE_QUEUE, run_simple_queue_handoff),
+    (BOUNDED, run_bounded_handoff),
     (ITERABLE_ASYNC, run_iterable_async),
     (ASYNC_ITERABLE_ASYNC, run_async_iterable_async),
     (MAP_ASYNC, run_map_async),
@@ -354,6 +430,8 @@ THREAD_BASELINES: list[tuple[str, str, float | None]] = [
     (SIMPLE_QUEUE, DEQUE, None),
     (ITERABLE_ASYNC, DEQUE, THREAD_TARGET),
     (ITERABLE_ASYNC, SIMPLE_QUEUE, None),
+    (BOUNDED, DEQUE, None),
+    (ITERABLE_ASYNC, BOUNDED, None),
     (ASYNC_ITERABLE_ASYNC, DEQUE, None),
     (MAP_ASYNC, DEQUE, None),
     (RANGE_SYNC, PLAIN_ON_ELEMENT, SYNC_TARGET),
