@@ -301,6 +301,13 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
         self._deliver: Callable[[Iterable[T]], int] | None = \
             getattr(subscriber, "_deliver", None) \
             if batched is not None and type(subscriber).on_next is batched else None
+        # A subscriber of ours whose on_next is an append to a queue and a look at its
+        # loop's counter (AsyncSubscriber): a lazy source's loop does exactly that itself,
+        # per element, sparing a call per element (see AsyncSubscriber._inlined_on_next).
+        inlined = getattr(type(subscriber), "_inlined_on_next", None)
+        self._inline: SerialWorker | None = \
+            subscriber if inlined is not None and type(subscriber).on_next is inlined \
+            and isinstance(subscriber, SerialWorker) else None
 
     # -- used by publishers --------------------------------------------------------------
 
@@ -468,6 +475,8 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                 # is settled against demand once per chunk (§1.1: at most `wanted`).
                 count = 0
                 violation: BaseException | None = None
+                inline = self._inline
+                append = None if inline is None else inline._elements.append  # type: ignore[attr-defined]
                 try:
                     for element in elements:
                         if element is None:
@@ -478,7 +487,12 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
                         if self._halt:
                             break  # §3.12: stop signalling as soon as cancel is seen
                         try:
-                            on_next(element)
+                            if append is None:
+                                on_next(element)
+                            else:  # AsyncSubscriber.on_next, inline
+                                append(element)
+                                if not inline._wip:  # type: ignore[union-attr]
+                                    inline._schedule()  # type: ignore[union-attr]
                         except BaseException as exc:
                             violation = exc
                             break
@@ -545,6 +559,7 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
         # §3.13: drop the subscriber (and the source, which may refer to it) for good.
         self._subscriber = None
         self._deliver = None
+        self._inline = None
         self._source = None
         if source is not None:
             try:

@@ -408,6 +408,12 @@ class AsyncSubscriber(SerialWorker, _BatchingSubscriber[T], Generic[T]):
         if not self._wip:  # the handling thread is idle: start it (_schedule_if_idle)
             self._schedule()
 
+    #: The ``on_next`` an emitter may do inline (``Emitter``: append to ``_elements``,
+    #: then ``_schedule()`` when ``_wip`` is 0, per element, after its own None check):
+    #: only while ``type(subscriber).on_next is _inlined_on_next``, so a subclass
+    #: overriding ``on_next`` gets every call.
+    _inlined_on_next = on_next
+
     def on_error(self, error: BaseException) -> None:
         require_not_none(error, "on_error's error", "§2.13")
         self._enqueue("error", error)

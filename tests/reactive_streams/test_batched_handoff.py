@@ -610,3 +610,77 @@ def test_cancel_from_another_thread_during_a_chunk_stops_after_the_running_eleme
     assert subscriber.wait(5)
     assert subscriber.elements == list(range(101))
     assert subscriber.finished_with == [None]
+
+
+# -- Emitter -> AsyncSubscriber: a lazy source's loop does AsyncSubscriber.on_next inline --
+
+
+def test_an_async_subscriber_gets_each_element_as_the_iterator_produces_it() -> None:
+    """The inlined on_next appends and starts the handling thread when it is idle: a
+    generator that waits for each element to be handled before producing the next one
+    runs to its end (an element held back, or a handling thread not started, stalls it),
+    with a batch of 4 (refills of 2) the stream crosses idle and busy turns throughout."""
+    total = 50
+    handled: list[int] = []
+    turn = threading.Semaphore(0)
+
+    class Paced(AsyncSubscriber[int]):
+        def on_element(self, element: int) -> None:
+            handled.append(element)
+            turn.release()
+
+    subscriber = Paced(batch_size=4)
+
+    def paced() -> Iterator[int]:
+        for i in range(total):
+            yield i
+            if not turn.acquire(timeout=10):
+                return  # stalled: the element was not handled
+        return
+
+    IterablePublisher(paced).subscribe(subscriber)
+    assert subscriber.wait(20), f"stalled after {len(handled)} of {total}"
+    assert handled == list(range(total))
+    assert subscriber._error is None
+
+
+def test_a_subclass_overriding_on_next_gets_every_on_next_from_a_lazy_source() -> None:
+    calls: list[int] = []
+
+    class Overriding(AsyncSubscriber[int]):
+        def on_next(self, element: int) -> None:
+            calls.append(element)
+            super().on_next(element)
+
+        def on_element(self, element: int) -> None:
+            pass
+
+    subscriber = Overriding(batch_size=8)
+    IterablePublisher(range(100)).subscribe(subscriber)
+    assert subscriber.wait(10)
+    assert calls == list(range(100))
+
+
+def test_a_lazy_source_into_an_async_subscriber_stays_within_demand_and_stops_at_cancel() -> None:
+    """§1.1 and §3.12 on the inlined path: with a handler slower than the iterator, the
+    queue never holds more than was requested, and a cancel from the handler's thread
+    stops the iterator within the elements already requested."""
+    produced = Produced()
+    seen: list[int] = []
+    most_queued: list[int] = [0]
+
+    class Slow(AsyncSubscriber[int]):
+        def on_element(self, element: int) -> None:
+            most_queued[0] = max(most_queued[0], self.queued)
+            seen.append(element)
+            if element == 300:
+                self.cancel()
+
+    subscriber = Slow(batch_size=16)
+    IterablePublisher(lambda: produced.ints(100_000)).subscribe(subscriber)
+    assert produced.closed.wait(10), "the iterator was not closed after the cancel"
+    assert subscriber.wait(10)
+    assert seen == list(range(301))
+    assert most_queued[0] <= 16
+    # Requested at most 301 + 16 (a refill of 8 in flight) elements, never beyond.
+    assert produced.count <= 301 + 16
