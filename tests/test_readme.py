@@ -41,9 +41,11 @@ def test_spark_examples_run_in_one_session() -> None:
     result = subprocess.run([sys.executable, "-c", "\n".join(blocks)], capture_output=True,
                             text=True, timeout=480)
     assert result.returncode == 0, result.stderr[-3000:]
-    # The source example printed the rows its availableNow query read, the sink example
-    # the sum of the squares of 0..99 that its subscriber received.
-    assert result.stdout.split() == ["2345", str(sum(i * i for i in range(100)))], \
+    # The source example printed the rows its availableNow query read, the RecordBatch
+    # example its rows and that no micro-batch exceeded maxRecordsPerTrigger, the sink
+    # example the sum of the squares of 0..99 that its subscriber received.
+    assert result.stdout.split() == ["2345", "100000", "True",
+                                     str(sum(i * i for i in range(100)))], \
         result.stdout[-2000:]
 
 
