@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import stat
 import sys
 from collections.abc import Mapping
 from importlib import resources
@@ -187,7 +188,7 @@ def _settings(app_name: str, master: str, conf: Mapping[str, str] | None,
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     # Takes precedence over PYSPARK_PYTHON inside Spark, so set both.
     settings["spark.pyspark.python"] = sys.executable
-    if _on_loopback(master):
+    if master == "local" or master.startswith(("local[", "local-cluster[")):
         settings["spark.pyspark.python"] = _python_without_spark_zips() or sys.executable
     settings.update(conf or {})
     java_options = settings.get("spark.driver.extraJavaOptions", "")
@@ -200,10 +201,10 @@ def _settings(app_name: str, master: str, conf: Mapping[str, str] | None,
 
 
 _WRAPPER = """#!/bin/sh
-# Written by pyspark_reactive.local_session(): runs {python} with Spark's zipped copy of
-# pyspark and py4j ({zips}*) taken off PYTHONPATH. This interpreter has the very same
-# pyspark installed, byte-compiled; from the zips every Python process Spark starts
-# (source runner, planning, workers) compiles pyspark from source again, about a second.
+# Written by pyspark_reactive.local_session(): runs this interpreter with Spark's zipped
+# copy of pyspark and py4j taken off PYTHONPATH. The interpreter has the very same pyspark
+# installed, byte-compiled; from the zips every Python process Spark starts (source
+# runner, planning, workers) compiles pyspark from source again, about a second.
 set -f
 kept=
 IFS=:
@@ -225,9 +226,14 @@ def _python_without_spark_zips() -> str | None:
     installed (byte-compiled) rather than from the ``pyspark.zip`` Spark puts first on their
     ``PYTHONPATH``, which Python compiles from source in every process (measured: 1.9 to
     2.4 s against 0.6 s to import pyspark's worker and data source modules, on 2 busy
-    cores). ``None`` where it does not apply (not POSIX, no such zip, or no place to write
-    it): Spark then runs ``sys.executable`` as usual. Only for masters on this machine,
-    where the launcher's path is valid for every worker.
+    cores). ``None`` where it does not apply (not POSIX, no such zip, or no private,
+    executable place to keep it): Spark then runs ``sys.executable`` as usual. Only for
+    ``local`` masters, whose workers are this user's processes on this machine.
+
+    The launcher lives in the user's cache directory (``$XDG_CACHE_HOME`` or
+    ``~/.cache``, else the temporary directory), in a folder of this user's, not writable
+    by others and not on a ``noexec`` mount; it is checked (and written again if gone)
+    each time a session starts.
     """
     import hashlib
     import shlex
@@ -241,20 +247,26 @@ def _python_without_spark_zips() -> str | None:
     text = _WRAPPER.format(python=shlex.quote(sys.executable),
                            zips=shlex.quote(str(zips) + os.sep))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"pyspark-reactive-{os.getuid()}"
-    launcher = folder / f"python-{digest}"
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        if folder.stat().st_uid != os.getuid():
-            return None  # someone else's folder: do not run what it holds
-        if not launcher.is_file() or launcher.read_text() != text:
-            partial = folder / f".{launcher.name}.{os.getpid()}"
-            partial.write_text(text)
-            partial.chmod(0o700)
-            partial.replace(launcher)
-    except OSError:
-        return None
-    return str(launcher)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for folder in (Path(cache) / "pyspark-reactive",
+                   Path(tempfile.gettempdir()) / f"pyspark-reactive-{os.getuid()}"):
+        launcher = folder / f"python-{digest}"
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            status = folder.lstat()
+            if (not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid()
+                    or status.st_mode & 0o022
+                    or os.statvfs(folder).f_flag & os.ST_NOEXEC):
+                continue  # not a private folder whose files may run: try the next
+            if not launcher.is_file() or launcher.read_text() != text:
+                partial = folder / f".{launcher.name}.{os.getpid()}"
+                partial.write_text(text)
+                partial.chmod(0o700)
+                partial.replace(launcher)
+        except OSError:
+            continue
+        return str(launcher)
+    return None
 
 
 def _python_workers_run_this_interpreter(python: str) -> None:

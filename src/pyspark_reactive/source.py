@@ -372,26 +372,31 @@ class _QueryRun:
         the batch within what is left of ``fillWaitMs``: a slow stream's rows then go at
         once instead of waiting for rows that cannot come in time (the wait would only add
         to their latency), while a fast one still gives full batches. Before the first
-        batch the rate counts from the publisher's first element, so a slow start does not
-        pass for a slow stream.
+        batch the rate counts from the publisher's first element, and after a quiet spell
+        from the element that ended it (with a short look at what follows), so neither a
+        slow start nor a pause passes for a slow stream.
         """
         left = self.options.fill_wait_ms / 1000
-        if buffer.buffered == 0:
-            began = time.monotonic()
-            buffer.wait(1, left, self._orphaned)
-            left = max(0.0, left - (time.monotonic() - began))
-        if buffer.buffered >= most or left <= 0:
-            return
         since, before = self._cut_at or 0.0, self._cut_received
         if before == 0 and buffer.first_at is not None:
             # No batch cut yet: the publisher's start (its factory, connecting, its first
-            # element) is not its rate. Count from its first element, after a short look
-            # at what follows it.
-            look = min(left, FIRST_RATE_LOOK_S - (time.monotonic() - buffer.first_at))
-            if look > 0:
-                buffer.wait(most, look, self._orphaned)
-                left -= look
+            # element) is not its rate; count from its first element.
             since, before = buffer.first_at, buffer.first_rows
+        if buffer.buffered == 0:
+            began = time.monotonic()
+            buffer.wait(1, left, self._orphaned)
+            now = time.monotonic()
+            left = max(0.0, left - (now - began))
+            # What came after a quiet spell (or first of all): the spell is not the rate;
+            # count from now, without what just came.
+            since, before = now, buffer.received - buffer.buffered
+        if buffer.buffered >= most or left <= 0:
+            return
+        look = min(left, FIRST_RATE_LOOK_S - (time.monotonic() - since))
+        if look > 0:
+            # Too soon after the start to tell a rate: look at what follows first.
+            buffer.wait(most, look, self._orphaned)
+            left -= look
         buffered = buffer.buffered
         if buffered >= most or left <= 0:
             return

@@ -51,6 +51,22 @@ def test_spark_s_python_processes_import_the_installed_pyspark_not_its_zip(
     assert [r.origin for r in spark.table("runner_origin").collect()] == [installed]
 
 
+def test_the_launcher_is_kept_only_in_a_private_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pyspark_reactive.session import _python_without_spark_zips
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    private = _python_without_spark_zips()
+    assert private is not None and Path(private).parent == tmp_path / "pyspark-reactive"
+    assert os.access(private, os.X_OK)
+    # A folder others may write to is not trusted: the launcher goes elsewhere.
+    (tmp_path / "pyspark-reactive").chmod(0o777)
+    elsewhere = _python_without_spark_zips()
+    assert elsewhere is not None and Path(elsewhere).parent != tmp_path / "pyspark-reactive"
+
+
 def test_settings_from_spark_defaults_conf_are_applied(spark: SparkSession) -> None:
     spark_conf = spark.sparkContext.getConf()
     assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
