@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import mosquitto
+import psutil
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -75,10 +76,22 @@ def _persistent_session(broker: mosquitto.Broker, topic: str) -> str:
     return client_id
 
 
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # ended meanwhile
+        return []
+
+
 def _first_messages(broker: mosquitto.Broker, topic: str, client_id: str,
                     count: int) -> list[bytes]:
     """Publish a marker, then resume the session: what comes before the marker is what
     the query did not acknowledge."""
+    # query.stop() returns before the source runner has acted on its SIGTERM: while it is
+    # still connected with the session, it would take the marker itself.
+    runners = [p for p in psutil.Process().children(recursive=True)
+               if "python_streaming_source_runner" in " ".join(_cmdline(p))]
+    psutil.wait_procs(runners, timeout=30)
     mosquitto.publish(broker.host, broker.port, topic.replace("+", "marker"), [b"marker"])
     messages = collect(MqttPublisher(broker.host, topic, port=broker.port,
                                      client_id=client_id, max_messages=count), timeout=20)
