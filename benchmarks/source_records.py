@@ -287,21 +287,11 @@ def reactive_frame(spark: SparkSession, kind: str, rows: int, batch: int) -> Dat
                        maxRecordsPerTrigger=batch)
 
 
-def simple_frame(spark: SparkSession, rows: int, batch: int) -> DataFrame:
-    spark.dataSource.register(SimpleRecords)
-    return (spark.readStream.format(SimpleRecords.name()).option("rows", rows)
-            .option("batch", batch).load())
-
-
-def executor_frame(spark: SparkSession, rows: int, batch: int) -> DataFrame:
-    spark.dataSource.register(ExecutorConverting)
-    return (spark.readStream.format(ExecutorConverting.name()).option("rows", rows)
-            .option("batch", batch).load())
-
-
-def ceiling_frame(spark: SparkSession, rows: int, batch: int) -> DataFrame:
-    spark.dataSource.register(ArrowCeiling)
-    return (spark.readStream.format(ArrowCeiling.name()).option("rows", rows)
+def source_frame(spark: SparkSession, source: type[DataSource], rows: int,
+                 batch: int) -> DataFrame:
+    """A stream of one of the baseline sources above, ``rows`` records, ``batch`` a batch."""
+    spark.dataSource.register(source)
+    return (spark.readStream.format(source.name()).option("rows", rows)
             .option("batch", batch).load())
 
 
@@ -330,9 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries: dict[str, Callable[[int, int], DataFrame]] = {
         "reactive, dicts": lambda n, b: reactive_frame(spark, "dicts", n, b),
         "reactive, tuples": lambda n, b: reactive_frame(spark, "tuples", n, b),
-        "(c) SimpleDataSourceStreamReader, tuples": lambda n, b: simple_frame(spark, n, b),
-        EXECUTORS: lambda n, b: executor_frame(spark, n, b),
-        CEILING: lambda n, b: ceiling_frame(spark, n, b),
+        "(c) SimpleDataSourceStreamReader, tuples":
+            lambda n, b: source_frame(spark, SimpleRecords, n, b),
+        EXECUTORS: lambda n, b: source_frame(spark, ExecutorConverting, n, b),
+        CEILING: lambda n, b: source_frame(spark, ArrowCeiling, n, b),
     }
     seconds: dict[str, float] = {}
     memory: dict[str, ProcessTreeMemory] = {}
