@@ -15,9 +15,9 @@ from typing import Any
 
 from reactive_streams import Publisher
 from reactive_streams.adapters.mqtt import (
+    DEFAULT_MAX_MESSAGE_BYTES,
     MqttMessage,
     MqttPublisher,
-    SkipMessage,
     check_topic_filter,
 )
 
@@ -29,12 +29,17 @@ from .options import (
     choice_option,
     optional_int_option,
 )
+from .rows import Undecodable
 
-__all__ = ["DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA", "mqtt_publisher"]
+__all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA",
+           "mqtt_publisher"]
 
 #: The broker's window of unacknowledged QoS 1 messages: the most MQTT 5 allows, so that
 #: messages waiting to be durable never hold the stream up.
 DEFAULT_RECEIVE_MAXIMUM = 65535
+#: The most payload bytes read beyond the source's demand (64 MiB): with large messages
+#: the count alone (up to maxRecordsPerTrigger more) would let a publisher fill memory.
+DEFAULT_MAX_BUFFERED_BYTES = 64 * 2**20
 #: The rows' schema with the default ``format=message``.
 MESSAGE_SCHEMA = "topic STRING, payload BINARY, qos INT, retain BOOLEAN, timestamp TIMESTAMP"
 FORMATS = ("message", "json")
@@ -65,12 +70,19 @@ def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         ``password`` (only with ``username``), ``tls`` (true/false, default false), ``caCerts``
         (a PEM file of certificate authorities; implies ``tls``), ``receiveMaximum``
         (1 to 65535, default 65535), ``keepalive`` (seconds, default 60),
-        ``connectTimeoutMs`` (default 10000), ``format`` (``message``, default: the
-        columns of :data:`MESSAGE_SCHEMA`; ``json``: each payload parsed as JSON into the
-        schema given), ``badPayloads`` (with ``format=json``: ``fail``, default, fails
-        the query at a payload that is not a JSON value other than null; ``skip`` leaves
-        such a message out, acknowledged, with a WARNING in the runner's log),
-        ``maxMessages`` (complete after this many).
+        ``connectTimeoutMs`` (default 10000), ``maxMessageBytes`` (the largest message,
+        counting its topic and a few bytes of header, sent to the broker as the MQTT 5
+        Maximum Packet Size; default 1048576; 512 to 268435460: the broker *discards*
+        larger messages for this client, without telling it, so raise it above the
+        largest message the topic carries), ``maxBufferedBytes`` (payload bytes read
+        beyond the source's demand before reading pauses; default 67108864),
+        ``format`` (``message``, default: the columns of :data:`MESSAGE_SCHEMA`;
+        ``json``: each payload parsed as JSON into the schema given), ``badPayloads``
+        (with ``format=json``: ``fail``, default, fails the query at a message that
+        cannot become a row: not JSON, JSON null, nested too deeply, or a value that
+        does not fit the schema, naming its offset and why; ``skip`` leaves each such
+        message out, acknowledged in its turn, and the source logs per batch how many it
+        left out and the first of them), ``maxMessages`` (complete after this many).
 
     Returns
     -------
@@ -132,22 +144,28 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
     keepalive = optional_int_option(lower, "keepalive", 0, 65535)
     connect_timeout = optional_int_option(lower, "connectTimeoutMs", 1, MAX_MILLISECONDS)
     max_messages = optional_int_option(lower, "maxMessages", 0)
+    max_message_bytes = optional_int_option(lower, "maxMessageBytes", 512, 268_435_460)
+    max_buffered_bytes = optional_int_option(lower, "maxBufferedBytes", 1)
     format = choice_option(lower, "format", FORMATS, "message")
     bad_payloads = choice_option(lower, "badPayloads", BAD_PAYLOADS, "fail")
     if bad_payloads == "skip" and format != "json":
         raise OptionError("badPayloads", lower["badpayloads"],
                           "fail, or skip only with format=json (format=message takes every "
                           "payload as it is)")
-    decode = (functools.partial(_parse_json, skip=bad_payloads == "skip",
-                                columns=json_columns(options))
+    decode = (functools.partial(_parse_json, columns=json_columns(options),
+                                hint="" if bad_payloads == "skip" else _FAIL_HINT)
               if format == "json" else _columns)
-    return MqttPublisher(
+    # skip: the source leaves out every element that cannot become a row (see _Skipping).
+    kind = _Skipping if bad_payloads == "skip" else MqttPublisher
+    return kind(
         host, topic, port=port, qos=1 if qos is None else qos, client_id=client_id,
         clean_start=clean_start, session_expiry=session_expiry,
         username=username, password=password, tls=_tls(lower),
         receive_maximum=receive_maximum,
         # Beyond the source's demand (maxRecordsPerTrigger), hold at most one batch more.
         max_buffered=min(receive_maximum, per_trigger),
+        max_message_bytes=max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
+        max_buffered_bytes=max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
         keepalive=60 if keepalive is None else keepalive,
         connect_timeout=(connect_timeout or 10_000) / 1000, max_messages=max_messages,
         acknowledge="on_durable", decode=decode)
@@ -199,11 +217,28 @@ def _columns(message: MqttMessage) -> dict[str, Any]:
                                                          datetime.timezone.utc)}
 
 
-def _parse_json(message: MqttMessage, skip: bool = False,
-                columns: frozenset[str] | None = None) -> Any:
+class _Skipping(MqttPublisher[Any]):
+    """The publisher of ``badPayloads=skip``: it asks the reactive source to leave out,
+    count and acknowledge every element that cannot become a row (``Undecodable`` ones,
+    and values that do not fit the schema) instead of failing the query."""
+
+    skip_unfit_elements = True
+
+
+_FAIL_HINT = ("; the message stays unacknowledged in the broker's session, so a restart "
+              "fails on it again (badPayloads=skip leaves such messages out)")
+
+
+def _parse_json(message: MqttMessage, columns: frozenset[str] | None = None,
+                hint: str = "") -> Any:
+    # Never raises: a payload that is no row becomes an Undecodable element, which keeps
+    # its place in the stream (and so is acknowledged in its turn with badPayloads=skip)
+    # and fails the query at its offset otherwise.
     try:
         value = json.loads(message.payload)
-    except ValueError as error:
+    except RecursionError:
+        problem = "is JSON nested too deeply to parse"
+    except ValueError as error:  # UnicodeDecodeError and too many digits among them
         problem = f"is not JSON ({error})"
     else:
         if value is not None:
@@ -211,12 +246,9 @@ def _parse_json(message: MqttMessage, skip: bool = False,
             return keep_columns(value, columns)
         problem = "is JSON null, not a row"
     shown = message.payload[:80]
-    where = f"format=json: the payload {shown!r} of a message of topic {message.topic!r}"
-    if skip:
-        raise SkipMessage(f"{where} {problem}; left out (badPayloads=skip)")
-    raise ValueError(f"{where} {problem}; the message stays unacknowledged in the broker's "
-                     f"session, so a restart fails on it again (badPayloads=skip leaves "
-                     f"such messages out)") from None
+    return Undecodable(
+        f"format=json: the payload {shown!r}{'...' if len(message.payload) > 80 else ''} "
+        f"of a message of topic {message.topic!r} {problem}{hint}")
 
 
 def _topic(text: str | None) -> str:

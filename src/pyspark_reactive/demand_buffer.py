@@ -106,6 +106,9 @@ class DemandBuffer(Subscriber[Any]):
         # one and the taking one) decide under _demand.
         self._batches = 0
         self._demand = threading.Lock()
+        # Row mode: release() is called by the taking thread and by the intake's thread
+        # (for elements it left out), so its counting and requesting are serialised.
+        self._releasing = threading.Lock()
         # hold()'s caller asks to be woken when this many elements wait here (0: never):
         # the event is set when _received reaches _nudge_mark, which is then put out of
         # reach until the next hold() (one set() per hold, not one per element).
@@ -492,16 +495,22 @@ class DemandBuffer(Subscriber[Any]):
         return held
 
     def release(self, count: int) -> None:
-        """Count ``count`` held elements (in Arrow mode: rows) as taken and request more."""
+        """Count ``count`` held elements (in Arrow mode: rows) as taken and request more.
+
+        Thread-safe for row streams (the source's intake releases the elements it left
+        out while the taking thread releases a batch).
+        """
         if count <= 0:
             return
-        self._released += count
-        if self.ended:
-            return
         if self._arrow:
-            self._refill()
-        else:
-            self._request(count)
+            self._released += count
+            if not self.ended:
+                self._refill()
+            return
+        with self._releasing:
+            self._released += count
+            if not self.ended:
+                self._request(count)
 
     def count(self, elements: list[Any]) -> int:
         """How many rows ``elements`` (as :meth:`hold` or :meth:`drain` returned them) hold:
@@ -537,7 +546,8 @@ class DemandBuffer(Subscriber[Any]):
             drained = _take_all(self._elements)
             count = self.count(drained)
             self._popped_out(count)
-            self._released += count  # taken for good: nothing more is requested
+            with self._releasing:
+                self._released += count  # taken for good: nothing more is requested
             self._drained = True
         return drained
 

@@ -13,6 +13,17 @@ and so on. Elements that are ``pyarrow.RecordBatch`` es (the buffer's Arrow mode
 conformed to the schema column by column (:mod:`pyspark_reactive.arrow_elements`), and
 offsets count their rows. A publisher that implements ``position_key`` and ``on_durable`` (see
 :mod:`pyspark_reactive.durability`) hears about the rows made durable here.
+
+**Elements that cannot become rows.** By default the first element that does not fit the
+schema (or a :class:`~pyspark_reactive.rows.Undecodable` one) fails the query at its
+offset, once the rows before it are taken. A publisher whose attribute
+``skip_unfit_elements`` is true (the built-in ``mqtt`` with ``badPayloads=skip``) asks
+for such elements to be left out instead: they get no offset (the next row takes the
+offset they would have had), their demand is released at once, they count as durable
+with the rows around them (so ``on_durable`` acknowledges them in their turn), and the
+source logs, once per batch, how many it left out and why for the first few. Chunks
+convert column-wise as usual; only a chunk with a bad element is looked at in smaller
+pieces, so a stream of bad elements costs a few conversions of 64 elements each.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +51,11 @@ from .wal import WalEntry, WriteAheadLog
 __all__ = ["Intake", "Segment"]
 
 log = logging.getLogger("pyspark_reactive.source")
+
+#: Elements converted at once right after one that did not fit (doubled while they fit).
+_SKIP_CHUNK = 64
+#: Elements left out that the per-batch log line describes.
+_SHOWN_LEFT_OUT = 3
 
 
 @dataclass
@@ -87,6 +104,18 @@ class Intake:
         self._first: Any = None  # the stream's first row element, for messages
         self.acknowledged = 0  # what on_durable was last told
         self._durable = 0  # elements of this subscription durable, for on_durable
+        # Elements that cannot become rows are left out, not failing the query.
+        self.skip_unfit = getattr(publisher, "skip_unfit_elements", False) is True
+        self._publisher = publisher
+        self.consumed = 0  # elements of this subscription converted (or left out)
+        self.skipped = 0  # elements left out in all
+        self._unreported = 0  # left out since the last log line
+        self._first_unreported: list[RowConversionError] = []
+        # Without a log: (offset after a group commit's rows, elements consumed by then),
+        # for on_durable once Spark commits that far; the latest one it committed.
+        self._marks: deque[tuple[int, int]] = deque()
+        self._last_mark = (base, 0)
+        self._committed = base
         # Elements taken from the buffer whose group commit failed: retried first, and no
         # later element gets an offset before them.
         self._pending: list[Any] = []
@@ -140,43 +169,88 @@ class Intake:
         try:
             pending = self._pending
             pending += self.buffer.hold()
+            # Those held here still hold demand (drain() released the others).
+            held = len(pending)
             if elements:
                 pending += elements
-            if not pending:
-                return
-            if self.error is not None:
+            if pending and self.error is not None:
                 log.warning("reactive source: %d elements after the one that did not fit "
                             "(offset %d) are not kept", len(pending), self.error.offset)
                 self._pending = []
-                return
-            self._append(pending)
-            self._pending = []
+            elif pending:
+                self._append(pending, held)
+                self._pending = []
+            if threading.current_thread() is not self._thread:
+                self._report_left_out()  # once per batch: Spark's calls come here
         finally:
             self._lock.release()
 
     def _convert(self, elements: list[Any], start: int
-                 ) -> tuple[pa.Table, int, RowConversionError | ArrowElementError | None]:
-        """The rows of the longest good prefix of ``elements``, how many elements that is,
-        and the error for the element after it."""
+                 ) -> tuple[pa.Table, int, RowConversionError | ArrowElementError | None,
+                            list[tuple[int, RowConversionError]]]:
+        """The rows of the longest good prefix of ``elements``, how many elements that is
+        (left-out ones included), the error for the element after it, and the elements
+        left out (index, why)."""
         if self.buffer.arrow:
             batches, arrow_error = self.arrow.convert(elements, start)
-            return pa.Table.from_batches(batches, schema=self.schema), len(batches), arrow_error
+            return (pa.Table.from_batches(batches, schema=self.schema), len(batches),
+                    arrow_error, [])
         if self._first is None:
             self._first = elements[0]
         mixed = first_record_batch(elements)
         if mixed == 0:
             return (self.schema.empty_table(), 0,
-                    record_batch_among_rows(start, self._first))
-        batch, error = self.converter.convert(
-            elements if mixed is None else elements[:mixed], start)
+                    record_batch_among_rows(start, self._first), [])
+        rows = elements if mixed is None else elements[:mixed]
+        batch, error = self.converter.convert(rows, start)
+        left_out: list[tuple[int, RowConversionError]] = []
+        batches = [batch]
+        good = batch.num_rows
+        if error is not None and self.skip_unfit:
+            good = self._skip_unfit(rows, start, batches, left_out, error)
+            error = None
+        table = pa.Table.from_batches(batches, schema=self.schema)
         if error is None and mixed is not None:
-            return (pa.Table.from_batches([batch], schema=self.schema), mixed,
-                    record_batch_among_rows(start + mixed, self._first))
-        return pa.Table.from_batches([batch], schema=self.schema), batch.num_rows, error
+            return table, mixed, record_batch_among_rows(start + table.num_rows,
+                                                         self._first), left_out
+        return table, good, error, left_out
 
-    def _append(self, elements: list[Any]) -> None:
+    def _skip_unfit(self, elements: list[Any], start: int, batches: list[pa.RecordBatch],
+                    left_out: list[tuple[int, RowConversionError]],
+                    error: RowConversionError) -> int:
+        """Convert the rest of ``elements`` leaving out those that do not fit, from the
+        first bad one (``error``; ``batches`` holds the rows before it); return how many
+        elements that consumed: all of them.
+
+        After a bad element the rest goes in chunks of _SKIP_CHUNK, doubled while they
+        fit: a bad element costs a conversion of at most one chunk, not of the rest.
+        """
+        rows = sum(batch.num_rows for batch in batches)
+        position = rows  # the index of the element that did not fit
+        while True:
+            # It never gets an offset: the next row takes the one it would have had.
+            left_out.append((position, error))
+            position += 1
+            chunk = _SKIP_CHUNK
+            next_error: RowConversionError | None = None
+            while position < len(elements):
+                batch, next_error = self.converter.convert(
+                    elements[position:position + chunk], start + rows)
+                batches.append(batch)
+                rows += batch.num_rows
+                position += batch.num_rows
+                if next_error is not None:
+                    break
+                chunk *= 2
+            if next_error is None:
+                return len(elements)
+            error = next_error
+
+    def _append(self, elements: list[Any], held: int | None = None) -> None:
+        """Convert (and log) ``elements``; the first ``held`` of them (default: all) still
+        hold demand in the buffer, released here for those left out."""
         start = self.end
-        table, good, error = self._convert(elements, start)
+        table, good, error, left_out = self._convert(elements, start)
         if error is not None:
             # The rows before the bad element stay; the error fails the query once a batch
             # reaches it (recorded once they are written: a failed write retries them).
@@ -184,10 +258,14 @@ class Intake:
             if dropped:
                 log.warning("reactive source: the query fails at offset %d; the %d elements "
                             "after it in the same group are not kept", error.offset, dropped)
+        # on_durable counts elements, left-out ones included (in Arrow mode: rows).
+        consumed = self.consumed + (table.num_rows if self.buffer.arrow else good)
         if table.num_rows == 0:
-            # Nothing to write: a bad first element, or RecordBatches with no rows.
+            # Nothing to write: a bad first element, RecordBatches with no rows, or
+            # elements that were all left out.
             if error is not None:
                 self.error = error
+            self._consumed(start, consumed, left_out, held)
             return
         end = start + table.num_rows
         if self.wal is not None:
@@ -196,10 +274,51 @@ class Intake:
             self.wal.write(entry, table.to_batches(), self.schema, key)
         self.segments.append(Segment(start, end, table))
         self.synced += table.num_rows
-        if self.wal is not None:
-            self._durable = self.synced
+        self._consumed(end, consumed, left_out, held)
         if error is not None:
             self.error = error
+
+    def _consumed(self, end: int, consumed: int, left_out: list[tuple[int, RowConversionError]],
+                  held: int | None) -> None:
+        """Under the lock, once the rows up to offset ``end`` are kept: ``consumed``
+        elements are converted or left out; note and release those left out."""
+        if consumed == self.consumed:
+            return
+        self.consumed = consumed
+        if self.wal is not None:
+            self._durable = consumed  # everything before is in the log
+        elif end <= self._committed:
+            # Left out after Spark committed every row before them: nothing to wait for.
+            self._durable = max(self._durable, consumed)
+            self._last_mark = (end, consumed)
+        else:
+            self._marks.append((end, consumed))
+        if not left_out:
+            return
+        self.skipped += len(left_out)
+        self._unreported += len(left_out)
+        room = _SHOWN_LEFT_OUT - len(self._first_unreported)
+        self._first_unreported += [error for _, error in left_out[:max(0, room)]]
+        # Their demand goes back at once (no batch takes them); not for elements drained
+        # at the end, whose demand drain() released.
+        release = len(left_out) if held is None else sum(
+            1 for index, _ in left_out if index < held)
+        if release:
+            self.buffer.release(release)
+
+    def _report_left_out(self) -> None:
+        """Under the lock: log the elements left out since the last line (one line a
+        batch, not one an element: a stream of bad elements must not flood the log)."""
+        if not self._unreported:
+            return
+        first = "; ".join(str(error) for error in self._first_unreported)
+        log.warning("reactive source: left out %d element%s that cannot become rows (%d in "
+                    "all since the query run started), as %r asks (badPayloads=skip); a left "
+                    "out element takes no offset, it is acknowledged with the rows around it. "
+                    "The first: %s", self._unreported, "" if self._unreported == 1 else "s",
+                    self.skipped, self._publisher, first)
+        self._unreported = 0
+        self._first_unreported = []
 
     def _key(self, element: Any) -> str | None:
         if self._position_key is None:
@@ -235,7 +354,15 @@ class Intake:
         with self._lock:
             self.segments = [s for s in self.segments if s.end > end]
             if self.wal is None:
-                self._durable = max(self._durable, min(self.synced, end - self.base))
+                self._committed = max(self._committed, end)
+                marks = self._marks
+                while marks and marks[0][0] <= end:
+                    self._last_mark = marks.popleft()
+                at, count = self._last_mark
+                # Partway into the next group: as many elements as rows at least (one
+                # left out among them waits for the rest of its group).
+                upto = marks[0][1] if marks else self.consumed
+                self._durable = max(self._durable, min(count + end - at, upto))
         self._nudge.set()  # the log's thread tells the publisher
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -53,7 +53,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["RowConversionError", "RowConverter", "arrow_schema"]
+__all__ = ["RowConversionError", "RowConverter", "Undecodable", "arrow_schema"]
 
 # Spark hands values of these types to pyarrow unconverted, so pyarrow's own conversion
 # (with its range checks) is Spark's.
@@ -224,6 +224,37 @@ class _Refused(TypeError):
     """A value the converter refuses before Spark's conversion sees it; says why."""
 
 
+class Undecodable:
+    """An element signalled in place of one its publisher could not decode.
+
+    The converter never makes a row of it: it is an element that does not fit, with
+    ``reason`` as the reason, so the query fails at its offset naming the reason, or,
+    from a publisher that asks the source to skip such elements
+    (``skip_unfit_elements``, see :mod:`pyspark_reactive.intake`), it is left out and
+    counted like any other element that does not fit. Signalling it instead of failing
+    the stream keeps its place in the stream, so an acknowledging publisher acknowledges
+    it in its turn.
+
+    Parameters
+    ----------
+    reason : str
+        What was wrong with the input (shown in the error or the log line).
+
+    Examples
+    --------
+    >>> Undecodable("the payload b'{' is not JSON")
+    Undecodable("the payload b'{' is not JSON")
+    """
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Undecodable({self.reason!r})"
+
+
 class RowConversionError(ValueError):
     """An element that does not fit the schema.
 
@@ -255,7 +286,14 @@ class RowConversionError(ValueError):
         self.offset = offset
         self.column = column
         self.value = value
-        shown = repr(value)
+        self.reason = reason
+        if isinstance(value, Undecodable):
+            super().__init__(f"element at offset {offset}: {reason}")
+            return
+        try:
+            shown = repr(value)
+        except RecursionError:  # nested deeper than repr can go from here
+            shown = f"<a {type(value).__name__} nested too deeply to show>"
         if len(shown) > _SHOWN:
             shown = shown[:_SHOWN - 3] + "..."
         where = f"column {column!r} ({column_type}) cannot hold" if column else "cannot use"
@@ -520,6 +558,15 @@ class RowConverter:
         """
         # The element types, once: the fast paths choose by them.
         kinds = set(map(type, elements))
+        if Undecodable in kinds:
+            # Never a value (a STRING column would take its str()): the rows before it,
+            # and it as the element that does not fit, unless one before it does not.
+            index = next(i for i, e in enumerate(elements) if type(e) is Undecodable)
+            batch, error = self.convert(elements[:index], first_offset)
+            if error is None:
+                bad = elements[index]
+                error = RowConversionError(first_offset + index, None, bad, bad.reason)
+            return batch, error
         if self.fast:
             batch = self._by_columns(elements, kinds)
             if batch is not None:

@@ -27,14 +27,16 @@ from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive.builtin_mqtt import (
+    _FAIL_HINT,
     MESSAGE_SCHEMA,
     _parse_json,
     default_schema,
     mqtt_publisher,
 )
 from pyspark_reactive.options import OptionError
+from pyspark_reactive.rows import Undecodable
 from reactive_streams import Subscriber, Subscription, collect
-from reactive_streams.adapters.mqtt import MqttMessage, MqttPublisher, SkipMessage
+from reactive_streams.adapters.mqtt import MqttMessage, MqttPublisher
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source
 
@@ -220,16 +222,23 @@ def test_options_reach_the_publisher() -> None:
 
 
 def test_json_payloads_that_are_no_row_name_format_topic_and_payload() -> None:
+    # Not raised: an Undecodable element keeps the message's place in the stream, so the
+    # source fails at its offset (fail) or leaves it out and acknowledges it (skip).
     for payload, problem in ((b"null", "is JSON null, not a row"),
-                             (b"{'id': 1}", "is not JSON")):
+                             (b"{'id': 1}", "is not JSON"),
+                             (b"[" * 100_000 + b"]" * 100_000, "is JSON nested too deeply"),
+                             (b"\xff\xfe", "is not JSON"),
+                             (b"1" * 5000, "is not JSON")):
         message = MqttMessage("plant/7", payload, 1, False, 0.0)
-        where = f"format=json: the payload {payload!r} of a message of topic 'plant/7' "
-        with pytest.raises(ValueError) as failed:
-            _parse_json(message)
-        assert str(failed.value).startswith(where + problem)
-        assert "badPayloads=skip" in str(failed.value)
-        with pytest.raises(SkipMessage, match="left out"):
-            _parse_json(message, skip=True)
+        where = (f"format=json: the payload {payload[:80]!r}"
+                 f"{'...' if len(payload) > 80 else ''} of a message of topic 'plant/7' ")
+        failed = _parse_json(message, hint=_FAIL_HINT)
+        assert isinstance(failed, Undecodable)
+        assert failed.reason.startswith(where + problem), failed.reason
+        assert "badPayloads=skip" in failed.reason
+        skipped = _parse_json(message)
+        assert isinstance(skipped, Undecodable)
+        assert "badPayloads=skip" not in skipped.reason
     assert _parse_json(MqttMessage("t", b'{"id": 1}', 1, False, 0.0)) == {"id": 1}
 
 

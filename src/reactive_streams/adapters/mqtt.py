@@ -27,7 +27,8 @@ from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
 
-__all__ = ["MqttError", "MqttMessage", "MqttPublisher", "SkipMessage", "check_topic_filter"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MqttError", "MqttMessage", "MqttPublisher",
+           "SkipMessage", "check_topic_filter"]
 
 T = TypeVar("T")
 
@@ -37,6 +38,13 @@ log = logging.getLogger("reactive_streams.adapters.mqtt")
 _TICK: Final = 1.0
 #: Packets read in one turn of the network loop before it looks at its other work.
 _BURST: Final = 512
+#: The default ``max_message_bytes`` (1 MiB), as the ``websocket`` adapter's.
+DEFAULT_MAX_MESSAGE_BYTES: Final = 2**20
+#: The largest packet MQTT can frame: a fixed header of 5 bytes and 268,435,455 more.
+_MQTT_MAX_PACKET: Final = 268_435_460
+#: The smallest ``max_message_bytes`` accepted: a broker's CONNACK, SUBACK and the like
+#: must fit (a few dozen bytes with an assigned client id and a reason string).
+_MIN_PACKET: Final = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +141,17 @@ class MqttPublisher(Publisher[T], Generic[T]):
     Maximum, and acknowledges a message only once it was signalled (or durable), so a
     broker that honours it has no more than that many unacknowledged messages on the way.
     Beyond the subscription's own count, the operating system's socket buffers may hold
-    what the broker already wrote. While reading is paused the client still sends the
+    what the broker already wrote.
+
+    **Bytes.** The client sends ``max_message_bytes`` as the MQTT 5 Maximum Packet Size, so
+    the broker never sends it a larger packet: a larger message is *discarded by the
+    broker* for this subscription (MQTT 5 requires it, and says nothing to the client;
+    mosquitto logs it at most), so raise ``max_message_bytes`` above the largest message
+    the topic carries. A broker that sends a larger packet all the same is disconnected
+    as soon as the packet's length is read, before its body is, and the stream fails. The
+    messages read beyond demand hold at most ``max_buffered_bytes`` of payload (plus the
+    one message that crossed it): reading pauses there as it does at ``max_buffered``
+    messages, whichever comes first. While reading is paused the client still sends the
     broker PINGREQs, so the connection stays up however long demand takes; their answers
     wait behind the unread messages, so while messages keep arriving the client takes
     them as the sign of a live broker instead. A broker that stops answering is noticed
@@ -184,6 +202,15 @@ class MqttPublisher(Publisher[T], Generic[T]):
     max_buffered : int, optional
         The most messages read and held beyond demand (at least 1); default
         ``receive_maximum``.
+    max_message_bytes : int
+        The largest MQTT packet accepted, sent as the MQTT 5 Maximum Packet Size: a
+        message's payload plus its topic and a few bytes of header. Default 1048576
+        (1 MiB); 512 to 268435460 (MQTT's own limit). The broker discards larger
+        messages for this client without a word (see **Bytes**).
+    max_buffered_bytes : int, optional
+        The most payload bytes read and held beyond demand before reading pauses (at
+        least 1); default ``None``: only ``max_buffered`` bounds them (up to
+        ``max_buffered`` x ``max_message_bytes``).
     keepalive : int
         Seconds, default 60.
     connect_timeout : float
@@ -230,7 +257,8 @@ class MqttPublisher(Publisher[T], Generic[T]):
                  session_expiry: int | None = None, username: str | None = None,
                  password: str | None = None, tls: bool | ssl.SSLContext = False,
                  receive_maximum: int = 100, max_buffered: int | None = None,
-                 keepalive: int = 60,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 max_buffered_bytes: int | None = None, keepalive: int = 60,
                  connect_timeout: float = 10.0, max_messages: int | None = None,
                  acknowledge: Literal["on_next", "on_durable"] = "on_next",
                  decode: Callable[[MqttMessage], T] | None = None,
@@ -254,6 +282,9 @@ class MqttPublisher(Publisher[T], Generic[T]):
         _check_int("receive_maximum", receive_maximum, 1, 65535)
         buffered = receive_maximum if max_buffered is None else max_buffered
         _check_int("max_buffered", buffered, 1, 2**63 - 1)
+        _check_int("max_message_bytes", max_message_bytes, _MIN_PACKET, _MQTT_MAX_PACKET)
+        if max_buffered_bytes is not None:
+            _check_int("max_buffered_bytes", max_buffered_bytes, 1, 2**63 - 1)
         _check_int("keepalive", keepalive, 0, 65535)
         if not (_is_number(linger) and linger >= 0):
             raise ValueError(f"linger {linger!r}: a number of seconds >= 0 is needed")
@@ -284,6 +315,8 @@ class MqttPublisher(Publisher[T], Generic[T]):
         self.username, self.password, self.tls = username, password, tls
         self.receive_maximum, self.keepalive = receive_maximum, keepalive
         self.max_buffered = buffered
+        self.max_message_bytes = max_message_bytes
+        self.max_buffered_bytes = max_buffered_bytes
         self.connect_timeout, self.max_messages = float(connect_timeout), max_messages
         self.acknowledge = acknowledge
         self.decode = decode
@@ -394,6 +427,7 @@ class _Session(Source[T], Generic[T]):
         self._signalled = 0  # elements signalled (the sequence of on_durable)
         self._durable = 0  # the highest count on_durable was told
         self.received = 0  # messages read from the broker
+        self._buffered_bytes = 0  # payload bytes in _buffer
         self.skipped = 0  # messages decode left out
         self.subscribed = threading.Event()  # SUBACK arrived, or the stream failed
         self.granted = False  # the SUBACK granted the subscription
@@ -425,15 +459,18 @@ class _Session(Source[T], Generic[T]):
                 want = n - len(elements)
                 if limit is not None:
                     want = min(want, limit - self._taken)
-                wake = wake or len(self._buffer) >= self._room_limit()
+                wake = wake or not self._room()
                 taken = [self._buffer.popleft() for _ in range(min(want, len(self._buffer)))]
+                self._buffered_bytes -= sum(len(message.payload) for message, _ in taken)
             # Decoded outside the lock, so the network thread is not held up meanwhile.
             decoded, bad = self._decode(taken)
             with self._lock:
                 if bad is not None:
                     # The message that failed and those after it stay unsignalled (and so
                     # unacknowledged); the stream fails after the ones before it.
-                    self._buffer.extendleft(reversed(taken[len(decoded):]))
+                    back = taken[len(decoded):]
+                    self._buffer.extendleft(reversed(back))
+                    self._buffered_bytes += sum(len(message.payload) for message, _ in back)
                     taken = taken[:len(decoded)]
                     self._terminal = bad
                 got = [element for element in decoded if element is not _SKIPPED]
@@ -553,19 +590,19 @@ class _Session(Source[T], Generic[T]):
         except (BlockingIOError, OSError):
             pass  # already awake (the pair is full), or the thread has ended
 
-    def _room_limit(self) -> int:
-        return self.p.max_buffered
-
     def _room(self) -> bool:
-        # Under the lock. Read only while fewer than max_buffered messages wait, and
-        # never more than max_messages in all.
+        # Under the lock. Read only while fewer than max_buffered messages wait, holding
+        # less than max_buffered_bytes, and never more than max_messages in all.
         if self._closing:
             return False
         waiting = len(self._buffer)
         limit = self.p.max_messages
         if limit is not None and self._taken + waiting >= limit:
             return False
-        return waiting < self._room_limit()
+        budget = self.p.max_buffered_bytes
+        if budget is not None and self._buffered_bytes >= budget:
+            return False
+        return waiting < self.p.max_buffered
 
     def _fail(self, error: BaseException) -> None:
         self.subscribed.set()
@@ -646,6 +683,7 @@ class _Session(Source[T], Generic[T]):
                                  bool(message.retain), time.time())
             with self._lock:
                 self._buffer.append((record, message.mid))
+                self._buffered_bytes += len(record.payload)
                 self.received += 1
                 emitter = self._emitter
             if emitter is not None:
@@ -668,6 +706,10 @@ class _Session(Source[T], Generic[T]):
         client.on_disconnect = on_disconnect
         properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         properties.ReceiveMaximum = p.receive_maximum
+        # MQTT 5 3.1.2.11.4: the broker must not send a larger packet (it discards a
+        # larger message for this client); _bound_packets holds a broker that does.
+        properties.MaximumPacketSize = p.max_message_bytes
+        self._bound_packets(client)
         if p.session_expiry:
             properties.SessionExpiryInterval = p.session_expiry
         try:
@@ -677,6 +719,29 @@ class _Session(Source[T], Generic[T]):
             self._fail(MqttError(f"mqtt {p.address}: could not connect: {exc}"))
             return None
         return client
+
+    def _bound_packets(self, client: Any) -> None:
+        """Refuse a packet longer than ``max_message_bytes`` before its body is read.
+
+        paho reads a packet's length, then the whole body into memory (up to MQTT's
+        256 MiB) with ``recv(what is left of the packet)``: the first body read asks for
+        the whole remaining length, so one comparison per read catches a packet over
+        the limit before any of it is held. (Reads of the fixed header ask for 1 byte.)
+        """
+        recv = client._sock_recv  # paho 2.x (pinned < 3)
+        limit = self.p.max_message_bytes
+        address = self.p.address
+
+        def bounded_recv(size: int) -> Any:
+            if size > limit:
+                self._fail(MqttError(
+                    f"mqtt {address}: the broker sent a packet of more than {limit} bytes, "
+                    f"past the Maximum Packet Size this client sent (max_message_bytes); "
+                    f"the connection is closed before reading it"))
+                raise OSError(f"a packet of more than {limit} bytes")
+            return recv(size)
+
+        client._sock_recv = bounded_recv
 
     def _loop(self, client: Any) -> None:
         # selectors, not select.select: that refuses descriptors >= 1024, which a process
