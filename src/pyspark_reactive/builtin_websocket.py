@@ -6,6 +6,7 @@ the connection is made when the source subscribes, in the source runner.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,14 +43,20 @@ def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Parameters
     ----------
     options : mapping of str to str
-        ``url`` (required: ``ws://`` or ``wss://``); ``format`` (``text``, default:
+        ``url`` (required: ``ws://`` or ``wss://``; shown everywhere without its
+        ``user:password@``, query string and fragment); ``format`` (``text``, default:
         one ``value STRING`` per message; ``bytes``: ``value BINARY``; ``json``: each
         message parsed into the schema given, objects by field name: a field the schema
         does not name fails the query, so for feeds with more fields read ``format=text``
         and parse with ``from_json``, which ignores them);
         ``headers`` (a JSON object of extra handshake headers: names HTTP tokens, values
         without line breaks; ``Host``, ``Upgrade``, ``Connection`` and
-        ``Sec-WebSocket-*`` are refused); ``openTimeoutMs`` (default 10000);
+        ``Sec-WebSocket-*`` are refused; an option's value shows in ``explain()`` unless
+        ``spark.sql.redaction.options.regex`` names it, see ``headersFile``);
+        ``headersFile`` (instead of ``headers``: the absolute path of a file on the
+        driver's machine holding that JSON object, read where the publisher is made, so
+        the header values never travel in the options or show in the plan);
+        ``openTimeoutMs`` (default 10000);
         ``receiveBufferBytes`` (``SO_RCVBUF``: bounds what the kernel holds beyond
         demand, and over ``wss://`` what the TLS layer reads ahead; default: the
         system's, and 64 KiB for the TLS layer; with it, HTTP redirects are not
@@ -66,7 +73,9 @@ def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     ------
     OptionError
         For a missing or bad ``url``, an unknown ``format``, ``headers`` that are not a
-        JSON object of strings, or a bad number.
+        JSON object of strings (the value is never shown), a ``headersFile`` that cannot
+        be read or does not hold one, both ``headers`` and ``headersFile``, or a bad
+        number.
     MissingExtraError
         When the ``websockets`` library is not installed.
 
@@ -82,11 +91,16 @@ def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     pyspark_reactive.options.OptionError: reactive source: option url='http://example.com' \
 is not accepted: a ws:// or wss:// URL such as ws://127.0.0.1:8765/feed (http://example.com \
 isn't a valid URI: scheme isn't ws or wss)
+
+    Credentials in the URL are never shown:
+
+    >>> websocket_publisher({"url": "wss://alice:pw@127.0.0.1:8765/feed?access_token=x"})
+    WebSocketPublisher('wss://***@127.0.0.1:8765/feed?***', format='text')
     """
     lower = {str(k).lower(): str(v) for k, v in options.items()}
     url = _url(lower.get("url"))
     format = choice_option(lower, "format", FORMATS, "text")
-    headers = _headers(lower.get("headers"))
+    headers = _headers(lower.get("headers"), lower.get("headersfile"))
     open_timeout = optional_int_option(lower, "openTimeoutMs", 1, MAX_MILLISECONDS)
     receive_buffer = optional_int_option(lower, "receiveBufferBytes", 1, 2**31 - 1)
     max_message = optional_int_option(lower, "maxMessageBytes", 1, 2**63 - 1)
@@ -123,6 +137,7 @@ def _url(url: str | None) -> str:
         raise OptionError("url", url, f"{accepted}; it is required")
     problem = url_problem(url.strip())
     if problem is not None:
+        # OptionError shows the URL without userinfo and query string (credentials).
         raise OptionError("url", url, f"{accepted} ({problem})")
     return url.strip()
 
@@ -131,18 +146,56 @@ def _url(url: str | None) -> str:
 _HIDDEN = "(hidden)"
 
 
-def _headers(text: str | None) -> dict[str, str] | None:
+def _headers(text: str | None, path: str | None) -> dict[str, str] | None:
+    if path is not None:
+        if text is not None:
+            raise OptionError("headersFile", path, "either headers or headersFile, not both "
+                                                   "(headers is given too)")
+        text = _read_headers_file(path)
+        # The option shows the path (no secret); errors about what it holds do not.
+        option, shown, accepted = "headersFile", path, (
+            f"a file holding {_HEADERS_ACCEPTED}; what it holds")
+    else:
+        option, shown, accepted = "headers", _HIDDEN, _HEADERS_ACCEPTED
     if text is None or not text.strip():
         return None
     try:
         headers = json.loads(text)
     except ValueError as error:
-        raise OptionError("headers", _HIDDEN, f"{_HEADERS_ACCEPTED}; it is not JSON: "
-                                              f"{error.args[0].split(':')[0]}") from None
+        raise OptionError(option, shown, f"{accepted}; it is not JSON: "
+                                         f"{error.args[0].split(':')[0]}") from None
     if not isinstance(headers, dict):
-        raise OptionError("headers", _HIDDEN, f"{_HEADERS_ACCEPTED}; it is a JSON "
-                                              f"{type(headers).__name__}, not an object")
+        raise OptionError(option, shown, f"{accepted}; it is a JSON "
+                                         f"{type(headers).__name__}, not an object")
     problem = header_problem(headers)
     if problem is not None:
-        raise OptionError("headers", _HIDDEN, f"{_HEADERS_ACCEPTED}; {problem}")
+        raise OptionError(option, shown, f"{accepted}; {problem}")
     return headers
+
+
+# A headers file is read by each process that makes the publisher (the planning process at
+# load(), the source runner), so a header file of a few KiB is plenty: a larger one is a
+# wrong path rather than headers.
+_HEADERS_FILE_BYTES = 1 << 16
+
+
+def _read_headers_file(path: str) -> str:
+    accepted = (f"the absolute path of a readable file (UTF-8) holding {_HEADERS_ACCEPTED}, "
+                "on the machine of Spark's driver")
+    expanded = os.path.expanduser(path.strip())
+    if not os.path.isabs(expanded):
+        # Spark's Python processes do not share the caller's working directory.
+        raise OptionError("headersFile", path, f"{accepted}; it is a relative path")
+    try:
+        with open(expanded, "rb") as file:
+            data = file.read(_HEADERS_FILE_BYTES + 1)
+    except OSError as error:
+        raise OptionError("headersFile", path, f"{accepted}; reading it failed: "
+                                               f"{error.strerror or error}") from None
+    if len(data) > _HEADERS_FILE_BYTES:
+        raise OptionError("headersFile", path, f"{accepted}; it holds more than "
+                                               f"{_HEADERS_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OptionError("headersFile", path, f"{accepted}; it is not UTF-8") from None

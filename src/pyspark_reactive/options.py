@@ -3,6 +3,10 @@
 Every error names the option, the value given and what is accepted. Options arrive as
 strings under case-insensitive names; :func:`parse_source_options` turns them into a
 :class:`SourceOptions` that the data source, the runner and the tasks share.
+
+Options are trusted input: ``publisher`` names code that is imported and called with the
+options, as the user who runs Spark's driver. Whoever supplies the options supplies code;
+:data:`PUBLISHER_MODULES_ENV` lets the environment allow only some modules.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reactive_streams.adapters.urls import redact_url, redact_url_in
+
 __all__ = [
     "AVAILABLE_NOW_DEFAULT_BATCHES",
     "DEFAULT_FILL_WAIT_MS",
@@ -23,10 +29,12 @@ __all__ = [
     "DEFAULT_SUBSCRIBE_TIMEOUT_MS",
     "DEFAULT_WAL_SYNC_MS",
     "DEFAULT_WAL_SYNC_ROWS",
+    "PUBLISHER_MODULES_ENV",
     "SOURCE_OPTIONS",
     "CaseInsensitiveOptions",
     "OptionError",
     "SourceOptions",
+    "allowed_publisher_modules",
     "choice_option",
     "optional_int_option",
     "parse_source_options",
@@ -53,6 +61,13 @@ BUILTIN_PUBLISHERS = {
     "websocket": "pyspark_reactive.builtin_websocket:websocket_publisher",
 }
 
+#: Environment variable that, when set, allows ``publisher`` import paths only from these
+#: modules: a comma-separated list of module names, each allowing itself and its
+#: submodules (``mycompany.feeds`` allows ``mycompany.feeds.ticks:factory``). Built-in
+#: names are always allowed. Read where the factory is looked up (Spark's Python processes
+#: on the driver, which inherit the environment of the process that started Spark).
+PUBLISHER_MODULES_ENV = "PYSPARK_REACTIVE_PUBLISHER_MODULES"
+
 # Set by read_stream() on the data source class it registers; never a user option.
 SHIPPED_FACTORY = "<factory shipped with the data source>"
 
@@ -77,12 +92,18 @@ log = logging.getLogger("pyspark_reactive.source")
 
 
 class OptionError(ValueError):
-    """A source option with a value that is not accepted."""
+    """A source option with a value that is not accepted.
+
+    The message names the option, the value and what is accepted. A value that is a URL
+    (or a URI, such as ``walLocation``'s) is shown without its userinfo, query string and
+    fragment, which may carry credentials (:func:`~reactive_streams.adapters.urls.
+    redact_url`); ``value`` keeps what was given.
+    """
 
     def __init__(self, option: str, value: object, accepted: str) -> None:
         self.option = option
         self.value = value
-        shown = repr(value)
+        shown = repr(redact_url(value) if isinstance(value, str) else value)
         if len(shown) > _SHOWN:
             shown = f"{shown[:_SHOWN - 3]}... ({len(str(value))} characters)"
         super().__init__(f"reactive source: option {option}={shown} is not accepted: "
@@ -120,7 +141,9 @@ class SourceOptions:
     Attributes
     ----------
     publisher : str
-        A built-in name (``range``) or ``"package.module:factory"``.
+        A built-in name (``range``) or ``"package.module:factory"``: code that the source
+        imports and calls with the options, so options are trusted input (see
+        :func:`resolve_factory`).
     max_records_per_trigger : int
         Demand per micro-batch: the most rows in one batch.
     fill_wait_ms : int
@@ -211,7 +234,8 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
             # Spark keeps one of them (its options are case-insensitive); read_stream()
             # passes both: refuse rather than pick one silently.
             raise OptionError(_KNOWN_LOWER[key], value,
-                              f"one value; it is also given as {names[key]}={lower[key]!r} "
+                              f"one value; it is also given as "
+                              f"{names[key]}={redact_url(lower[key])!r} "
                               "(option names are case-insensitive)")
         lower[key] = value
         names[key] = name
@@ -392,6 +416,14 @@ def _shown(text: str) -> str:
 def resolve_factory(publisher: str) -> Callable[[Mapping[str, str]], Any]:
     """Find the publisher factory that ``publisher`` names.
 
+    The ``publisher`` option is code: any importable module is imported (running its
+    top-level code) and the callable it names is called with the options, as the user
+    who runs Spark's driver. Options are therefore trusted input; never build them from
+    what an untrusted party sends. Where the environment variable
+    ``PYSPARK_REACTIVE_PUBLISHER_MODULES`` (:data:`PUBLISHER_MODULES_ENV`) is set, only
+    the modules it lists (and their submodules) may be named, checked before anything is
+    imported; built-in names are always allowed.
+
     Parameters
     ----------
     publisher : str
@@ -405,8 +437,14 @@ def resolve_factory(publisher: str) -> Callable[[Mapping[str, str]], Any]:
     Raises
     ------
     OptionError
-        When the name is not built in, the module cannot be imported, the attribute is
-        missing or not callable.
+        When the name is not built in, the module is not among those
+        ``PYSPARK_REACTIVE_PUBLISHER_MODULES`` allows, it cannot be imported, or the
+        attribute is missing or not callable.
+
+    Examples
+    --------
+    >>> resolve_factory("range").__name__
+    'range_publisher'
     """
     path = BUILTIN_PUBLISHERS.get(publisher.lower(), publisher)
     module_name, sep, attribute = path.partition(":")
@@ -414,6 +452,8 @@ def resolve_factory(publisher: str) -> Callable[[Mapping[str, str]], Any]:
                 "path 'package.module:factory'")
     if not sep or not module_name or not attribute:
         raise OptionError("publisher", publisher, accepted)
+    if publisher.lower() not in BUILTIN_PUBLISHERS:
+        _check_allowed(publisher, module_name.strip(), accepted)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as error:
@@ -433,21 +473,62 @@ def resolve_factory(publisher: str) -> Callable[[Mapping[str, str]], Any]:
     return factory
 
 
+def allowed_publisher_modules() -> tuple[str, ...] | None:
+    """The modules ``PYSPARK_REACTIVE_PUBLISHER_MODULES`` allows ``publisher`` to name, or
+    ``None`` when it is not set (any module may be named).
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ[PUBLISHER_MODULES_ENV] = " mycompany.feeds, tests "
+    >>> allowed_publisher_modules()
+    ('mycompany.feeds', 'tests')
+    >>> del os.environ[PUBLISHER_MODULES_ENV]
+    >>> allowed_publisher_modules() is None
+    True
+    """
+    text = os.environ.get(PUBLISHER_MODULES_ENV)
+    if text is None:
+        return None
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _check_allowed(publisher: str, module_name: str, accepted: str) -> None:
+    allowed = allowed_publisher_modules()
+    if allowed is None:
+        return
+    # A module or its submodules: "feeds" allows "feeds.ticks", not "feedsevil".
+    if any(module_name == name or module_name.startswith(f"{name}.") for name in allowed):
+        return
+    modules = ", ".join(allowed) if allowed else "none"
+    raise OptionError("publisher", publisher,
+                      f"{accepted} from a module that {PUBLISHER_MODULES_ENV} allows "
+                      f"(modules: {modules}, with their submodules; built-in names are "
+                      f"always allowed); {module_name!r} is not among them")
+
+
 def check_wal_location(location: str) -> None:
-    """Raise :class:`OptionError` unless the write-ahead log can be written at ``location``."""
+    """Raise :class:`OptionError` unless the write-ahead log can be written at ``location``.
+
+    The error shows the location, and the filesystem's reason, without the URI's
+    credentials (userinfo, query string)."""
     from .wal import WriteAheadLog
 
     try:
         WriteAheadLog(location).probe()
     except OSError as error:
         raise OptionError("walLocation", location,
-                          f"a writable directory; writing there failed: {error}") from error
+                          "a writable directory; writing there failed: "
+                          f"{redact_url_in(str(error), location)}") from None
     except ValueError as error:
-        raise OptionError("walLocation", location, str(error)) from error
+        # from None: the reason's own text may show the URI whole.
+        raise OptionError("walLocation", location,
+                          redact_url_in(str(error), location)) from None
 
 
 def describe(options: SourceOptions) -> str:
-    """One line naming the publisher and the demand, for logs."""
-    wal = options.wal_location or "none"
+    """One line naming the publisher and the demand, for logs (``walLocation`` without the
+    URI's credentials)."""
+    wal = redact_url(options.wal_location) if options.wal_location else "none"
     return (f"publisher={options.publisher} maxRecordsPerTrigger="
             f"{options.max_records_per_trigger} walLocation={wal} pid={os.getpid()}")

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
+
+from reactive_streams.adapters.urls import redact_url
 
 from .demand_buffer import DemandBuffer
 from .durability import FactoryOptions, ResumePoint
@@ -337,7 +340,7 @@ class _QueryRun:
         try:
             intake.sync()  # the batch's rows are durable before Spark learns its end
         except Exception as error:
-            where = (f"writing to the write-ahead log at {self.options.wal_location!r}"
+            where = (f"writing to the write-ahead log at {_shown_wal(self.options)!r}"
                      if self.wal is not None else "converting the rows")
             raise RuntimeError(
                 f"reactive source: {where} failed: {type(error).__name__}: {error}. The rows "
@@ -424,7 +427,7 @@ class _QueryRun:
         table = self._rows(start, end)
         if table is None and self.wal is not None:
             raise RuntimeError(
-                f"reactive source: the write-ahead log at {self.options.wal_location!r} has no "
+                f"reactive source: the write-ahead log at {_shown_wal(self.options)!r} has no "
                 f"rows for offsets [{start}, {end}): its entries were removed or belong to "
                 "another query; restore them or start from a new checkpoint")
         if table is None:
@@ -480,7 +483,7 @@ class _QueryRun:
             return
         pending = sum(s.end - s.start for s in self.recovered)
         raise RuntimeError(
-            f"reactive source: walLocation {self.options.wal_location!r} holds the "
+            f"reactive source: walLocation {_shown_wal(self.options)!r} holds the "
             f"write-ahead log of another checkpoint (committed up to offset {committed}, "
             f"{pending} rows not yet committed), but this query starts from a checkpoint "
             "that has recorded no batch. A write-ahead log belongs to one checkpoint: give "
@@ -666,7 +669,7 @@ class _QueryRun:
             except Exception:
                 log.exception("reactive source: could not keep %d buffered rows in the "
                               "write-ahead log at %s; they are lost", buffer.count(left),
-                              self.options.wal_location)
+                              _shown_wal(self.options))
             else:
                 if left:
                     log.info("reactive source: kept %d buffered rows in the write-ahead log",
@@ -688,14 +691,33 @@ class _QueryRun:
         os._exit(0)
 
 
+def _shown_wal(options: SourceOptions) -> str | None:
+    # A URI may carry credentials (s3://key:secret@bucket/...): never printed whole.
+    return redact_url(options.wal_location) if options.wal_location else None
+
+
 def _name(options: SourceOptions) -> str:
     return "read_stream()" if options.publisher == SHIPPED_FACTORY else options.publisher
 
 
 def _publisher_failed(options: SourceOptions, error: BaseException) -> BaseException:
-    failure = RuntimeError(f"reactive source: the publisher ({_name(options)}) signalled on_error: "
-                           f"{type(error).__name__}: {error}")
-    failure.__cause__ = error
+    """The error latestOffset raises for the publisher's ``on_error``: its message first.
+
+    Spark shows the formatted traceback of what the runner raised, and Python formats an
+    exception's causes before it: raised ``from error``, a library's traceback behind the
+    publisher's error (25 lines of websockets and asyncio for a refused connection) would
+    come before what happened. So the cause is not chained but follows the message, as
+    text: the first line the user reads says what failed, the library's traceback comes
+    after it.
+    """
+    message = (f"reactive source: the publisher ({_name(options)}) signalled on_error: "
+               f"{type(error).__name__}: {error}")
+    if error.__traceback__ is not None or error.__cause__ is not None or (
+            error.__context__ is not None and not error.__suppress_context__):
+        told = "".join(traceback.format_exception(error)).rstrip("\n")
+        message += f"\n\nThe publisher's error, after its causes:\n{told}"
+    failure = RuntimeError(message)
+    failure.__suppress_context__ = True
     return failure
 
 

@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
+from reactive_streams.adapters.urls import redact_url
+
 from .faults import crash_point
 
 __all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WriteAheadLog"]
@@ -125,7 +127,8 @@ class WriteAheadLog:
     """
 
     def __init__(self, location: str) -> None:
-        self.location = location
+        # For messages only, without a URI's credentials (s3://key:secret@...).
+        self.location = redact_url(location)
         self._lock_fd: int | None = None
         local = local_path(location)
         if local is None:

@@ -19,6 +19,7 @@ from ..api import Publisher, Subscriber
 from ..runners import LoopRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
+from .urls import redact_url, redact_url_in
 
 _client = require("websockets.asyncio.client", "websocket", "the websocket publisher")
 _exceptions = require("websockets.exceptions", "websocket", "the websocket publisher")
@@ -124,10 +125,15 @@ class WebSocketPublisher(Publisher[Any]):
     - an abnormal close (any other code, or the connection dropped) -> ``on_error`` with a
       ``ConnectionError`` naming the URL, the code and the reason;
     - failing to connect (refused, handshake rejected, timeout) -> ``on_error`` with a
-      ``ConnectionError`` naming the URL;
+      ``ConnectionError`` naming the URL and what failed, whose ``__cause__`` is the
+      library's error (with its traceback): the message comes first;
     - a message the format cannot decode (a text message that is not UTF-8 under
       ``text`` or ``json`` too) -> ``on_error`` with a ``ValueError`` naming the format,
       the message's number and its start; the connection is closed with code 1007.
+
+    The URL is shown (in these errors, the repr, the thread's name) without its userinfo,
+    query string and fragment (:func:`~reactive_streams.adapters.urls.redact_url`), which
+    may carry credentials; header values are never shown.
 
     Cancel closes the connection with code 1000, reading and dropping what the server
     sent meanwhile until its close frame arrives (so the closing handshake completes), for
@@ -181,8 +187,9 @@ class WebSocketPublisher(Publisher[Any]):
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
         # One loop per subscription: it runs while the subscription lives, and stops once
-        # the connection is closed after cancel or a terminal signal.
-        runner = LoopRunner(name=f"websocket-publisher {self.url}")
+        # the connection is closed after cancel or a terminal signal. Its name leaves the
+        # URL out: thread names show in dumps and monitoring, and URLs carry credentials.
+        runner = LoopRunner(name="websocket-publisher")
         dispatch = runner.acquire()
         source = _Feed(self, runner)
         emitter: Emitter[Any] = Emitter(subscriber, source, dispatch)
@@ -190,21 +197,22 @@ class WebSocketPublisher(Publisher[Any]):
         emitter.start()
 
     def __repr__(self) -> str:
-        return f"WebSocketPublisher({self.url!r}, format={self.format!r})"
+        return f"WebSocketPublisher({redact_url(self.url)!r}, format={self.format!r})"
 
 
 def url_problem(url: object) -> str | None:
-    """Why ``url`` is not a ``ws://`` or ``wss://`` URL, or ``None`` when it is one."""
+    """Why ``url`` is not a ``ws://`` or ``wss://`` URL, or ``None`` when it is one. The
+    reason shows the URL as :func:`~reactive_streams.adapters.urls.redact_url` does."""
     if not isinstance(url, str):
         return f"it is a {type(url).__name__}, not a str"
     try:
         _uri.parse_uri(url)
     except Exception as error:
-        return str(error)
+        return redact_url_in(str(error), url)
     try:
         port = urllib.parse.urlsplit(url).port
     except ValueError as error:
-        return str(error)
+        return redact_url_in(str(error), url)
     if port == 0:
         # websockets would take it for no port and connect to 80 or 443.
         return "port 0 cannot be connected to"
@@ -239,7 +247,8 @@ def check_url(url: object) -> None:
     """Raise ``ValueError`` unless ``url`` is a ``ws://`` or ``wss://`` URL."""
     problem = url_problem(url)
     if problem is not None:
-        raise ValueError(f"WebSocketPublisher: url={url!r} is not a ws:// or wss:// URL "
+        shown = redact_url(url) if isinstance(url, str) else url
+        raise ValueError(f"WebSocketPublisher: url={shown!r} is not a ws:// or wss:// URL "
                          f"({problem})")
 
 
@@ -320,7 +329,7 @@ class _Feed(Source[Any]):
     # -- the connection ------------------------------------------------------------------
 
     async def _run(self) -> None:
-        url = self._publisher.url
+        url = redact_url(self._publisher.url)
         try:
             connection = await self._connect()
         except asyncio.CancelledError:
@@ -330,9 +339,11 @@ class _Feed(Source[Any]):
             if self._publisher.receive_buffer is not None and "redirect" in str(error):
                 hint = (" (a redirect is not followed when receive_buffer, the built-in's "
                         "receiveBufferBytes, is set: give the URL it redirects to)")
+            # The message first; the library's error, with its traceback, as the cause.
+            why = redact_url_in(str(error), self._publisher.url)
             self._end(ConnectionError(
                 f"websocket publisher: could not connect to {url}: "
-                f"{type(error).__name__}: {error}{hint}"), error)
+                f"{type(error).__name__}: {why}{hint}"), error)
             return
         terminal: Terminal | None = None
         cause: BaseException | None = None
@@ -430,8 +441,9 @@ class _Feed(Source[Any]):
         else:
             how = f"{who} closed it with code {frame.code}"
             how += f", reason {frame.reason!r}" if frame.reason else ", no reason"
-        return ConnectionError(f"websocket publisher: {self._publisher.url} closed the "
-                               f"connection abnormally: {how}")
+        url = redact_url(self._publisher.url)
+        return ConnectionError(f"websocket publisher: {url} closed the connection "
+                               f"abnormally: {how}")
 
     def _end(self, terminal: Terminal, cause: BaseException | None = None) -> None:
         if isinstance(terminal, BaseException) and cause is not None:
