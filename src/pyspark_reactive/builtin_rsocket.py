@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -48,7 +49,17 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         ``schema`` option: an object by column name, an array by position);
         ``keepaliveTimeout``: seconds without a KEEPALIVE answer after which the query
         fails with the server's address (2 to 86400; default 30; a server that stops
-        answering is noticed between this and twice this long after its last answer).
+        answering is noticed between this and twice this long after its last answer);
+        ``token``: presented in the SETUP frame as a bearer token (what
+        :func:`~reactive_streams.adapters.rsocket.serve` and ``serve_publisher`` ask
+        for); errors never show it, and Spark's plan shows it redacted as long as
+        ``spark.redaction.regex`` matches ``token`` (its default does);
+        ``tokenFile`` (instead of ``token``: the absolute path of a file on the driver's
+        machine holding the token, read where the publisher is made, so the token never
+        travels in the options; what :func:`~pyspark_reactive.expose` gives);
+        ``maxPayloadBytes``: the largest payload taken from the server, whole or in
+        fragments (1024 to 16777215; default 4194304): a larger one fails the query,
+        saying so, before it is buffered.
 
     Returns
     -------
@@ -59,7 +70,8 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     ------
     OptionError
         For a missing ``host`` or ``port``, or a value of ``port``, ``route`` (at most 255
-        bytes in UTF-8), ``format`` or ``keepaliveTimeout`` not accepted.
+        bytes in UTF-8), ``format``, ``keepaliveTimeout``, ``token``, ``tokenFile`` or
+        ``maxPayloadBytes`` not accepted.
 
     Examples
     --------
@@ -73,6 +85,7 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     from reactive_streams.adapters.rsocket import (
         DEFAULT_KEEPALIVE_INTERVAL,
         DEFAULT_KEEPALIVE_TIMEOUT,
+        DEFAULT_MAX_PAYLOAD_BYTES,
         MAX_ROUTE_BYTES,
         RSocketPublisher,
     )
@@ -94,6 +107,8 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         raise OptionError("route", route, f"at most {MAX_ROUTE_BYTES} bytes in UTF-8 (RSocket's "
                           "routing tag)")
     keepalive_timeout = optional_int_option(lower, "keepaliveTimeout", 2, 86400)
+    max_payload = optional_int_option(lower, "maxPayloadBytes", 1024, _MAX_FRAME_BYTES)
+    token = _token(lower.get("token"), lower.get("tokenfile"))
     format = choice_option(lower, "format", FORMATS, "bytes")
     mime_type, decode = FORMATS[format]
     if format == "json":
@@ -106,7 +121,55 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
                else float(keepalive_timeout))
     return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
                             data_mime_type=mime_type, keepalive_timeout=timeout,
-                            keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4))
+                            keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4),
+                            token=token, max_payload_bytes=(DEFAULT_MAX_PAYLOAD_BYTES
+                                                            if max_payload is None
+                                                            else max_payload))
+
+
+# RSocket over TCP gives a frame a 3-byte length.
+_MAX_FRAME_BYTES = (1 << 24) - 1
+# A token is never shown, in errors either.
+_HIDDEN = "(hidden)"
+# A token file holds one token: more than this is a wrong path.
+_TOKEN_FILE_BYTES = 1 << 12
+
+
+def _token(token: str | None, path: str | None) -> str | None:
+    if path is not None:
+        if token is not None:
+            raise OptionError("tokenFile", path, "either token or tokenFile, not both (token "
+                                                 "is given too)")
+        token = _read_token_file(path)
+    elif token is not None and (not token.strip() or len(token.encode()) > _TOKEN_FILE_BYTES):
+        raise OptionError("token", _HIDDEN, f"a token of 1 to {_TOKEN_FILE_BYTES} bytes in "
+                                            "UTF-8 (the RSocket service's)")
+    return token
+
+
+def _read_token_file(path: str) -> str:
+    accepted = ("the absolute path of a readable file (UTF-8) holding the RSocket service's "
+                "token, on the machine of Spark's driver")
+    expanded = os.path.expanduser(path.strip())
+    if not os.path.isabs(expanded):
+        # Spark's Python processes do not share the caller's working directory.
+        raise OptionError("tokenFile", path, f"{accepted}; it is a relative path")
+    try:
+        with open(expanded, "rb") as file:
+            data = file.read(_TOKEN_FILE_BYTES + 1)
+    except OSError as error:
+        raise OptionError("tokenFile", path, f"{accepted}; reading it failed: "
+                                             f"{error.strerror or error}") from None
+    # What it holds is never shown: only whether it could be a token.
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise OptionError("tokenFile", path, f"{accepted}; it is not UTF-8 text") from None
+    if not token or len(data) > _TOKEN_FILE_BYTES:
+        raise OptionError("tokenFile", path, f"{accepted}; it holds "
+                                             f"{'nothing' if not token else 'too much'} (a "
+                                             f"token of 1 to {_TOKEN_FILE_BYTES} bytes)")
+    return token
 
 
 def _json_row(data: bytes, columns: frozenset[str] | None) -> Any:

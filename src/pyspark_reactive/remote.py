@@ -1,7 +1,9 @@
 """Publishers of this process, served over RSocket (extra ``rsocket``): :func:`expose` a live
 publisher to a streaming query's source, which runs in another process and connects back
 over 127.0.0.1, and :func:`serve_publisher` a query's output (a ``ForeachBatchPublisher``)
-to remote clients, whose REQUEST_N then paces the query.
+to remote clients, whose REQUEST_N then paces the query. Both ask each connection for a
+token: ``expose`` hands its own to the source through a private file, never through the
+reader's options (which the plan shows).
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import datetime
 import decimal
 import json
 import math
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -133,14 +138,12 @@ def to_json(element: Any) -> bytes:
 
 
 def _serve(owner: str, publisher: Publisher[Any], host: str, port: int, route: str | None,
-           encode: Callable[[Any], Any] | None, prefetch: int | None = None) -> Any:
+           encode: Callable[[Any], Any] | None, **more: Any) -> Any:
     """serve(), with argument errors named after ``owner``, the function the user called."""
     from reactive_streams.adapters.rsocket import serve
 
     try:
-        if prefetch is None:
-            return serve(publisher, host, port, route, encode=encode)
-        return serve(publisher, host, port, route, encode=encode, prefetch=prefetch)
+        return serve(publisher, host, port, route, encode=encode, **more)
     except (ValueError, TypeError) as error:
         message = str(error)
         if message.startswith("serve: "):
@@ -149,7 +152,8 @@ def _serve(owner: str, publisher: Publisher[Any], host: str, port: int, route: s
 
 
 def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
-                    route: str | None = None, *, prefetch: int = 1024) -> Any:
+                    route: str | None = None, *, prefetch: int = 1024,
+                    token: str | None = None, authenticate: bool = True) -> Any:
     """Serve a Publisher of rows, such as a query's ``ForeachBatchPublisher``, as an RSocket
     request-stream whose payloads are the rows as JSON objects (:func:`to_json`).
 
@@ -162,6 +166,19 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
     connection, cancels that subscription; the end of the query ends every stream
     (COMPLETE, or ERROR with the query's exception).
 
+    A row counts as taken by a client only once the client is known to have received it,
+    not when it is written to the socket: after a client's rows are written, the service
+    sends a KEEPALIVE asking for an answer, which an RSocket client sends only once it has
+    read every frame before it. A client that dies with rows unread has not taken them
+    (with ``publish()``'s publisher the batch then waits, or fails, per
+    ``when_unsubscribed``; it is never committed as delivered).
+
+    Every connection must present the service's token (``service.token``) in its SETUP
+    frame, as :func:`reactive_streams.adapters.rsocket.serve` describes:
+    ``RSocketPublisher(host, port, token=service.token)``, or from another RSocket library
+    a bearer token in the SETUP's composite metadata. Others are refused and the service
+    serves on.
+
     Parameters
     ----------
     publisher : Publisher
@@ -169,8 +186,8 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
         pass ``when_unsubscribed="wait"`` (its default) so that no batch goes by before a
         client has subscribed.
     host : str
-        The address to listen on; ``0.0.0.0`` serves other machines too (RSocket over TCP
-        has no authentication here: serve only networks you trust).
+        The address to listen on; ``0.0.0.0`` serves other machines too (the token travels
+        in clear text over TCP: serve only networks you trust).
     port : int
         The port; 0 (default) picks a free one (the handle's ``.port``).
     route : str, optional
@@ -180,16 +197,23 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
         its demand (unbounded demand is served in such steps). A client that stops
         reading holds the query back once ``prefetch`` rows and the socket buffers
         (kernel send and receive buffers, a few MiB on Linux) are full.
+    token : str, optional
+        The token clients must present; default: a random one (``service.token``).
+    authenticate : bool
+        ``False`` serves anyone who can connect, asking for no token: on 127.0.0.1 that is
+        every user of this machine, who could then read the rows and hold the query back.
+        Default ``True``.
 
     Returns
     -------
     reactive_streams.adapters.rsocket.RSocketService
-        Listening; ``close()`` it, or use it in a ``with`` block.
+        Listening, with its ``.token``; ``close()`` it, or use it in a ``with`` block.
 
     Raises
     ------
     ValueError, TypeError
-        For a ``host``, ``port``, ``route`` or ``prefetch`` not accepted.
+        For a ``host``, ``port``, ``route``, ``prefetch``, ``token`` or ``authenticate``
+        not accepted.
     OSError
         When the address cannot be bound.
 
@@ -198,8 +222,11 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
     >>> from pyspark_reactive import publish
     >>> rows = publish(spark.readStream.format("rate").load())            # doctest: +SKIP
     >>> service = serve_publisher(rows, port=7878, route="rates")        # doctest: +SKIP
+    >>> remote = RSocketPublisher("127.0.0.1", 7878, route="rates",     # doctest: +SKIP
+    ...                           token=service.token)
     """
-    return _serve("serve_publisher", publisher, host, port, route, to_json, prefetch)
+    return _serve("serve_publisher", publisher, host, port, route, to_json, prefetch=prefetch,
+                  token=token, authenticate=authenticate)
 
 
 class Exposed:
@@ -209,15 +236,29 @@ class Exposed:
     ----------
     options : dict of str to str
         The reader options that read it: ``publisher=rsocket``, ``host``, ``port``,
-        ``format`` and ``route`` (when one was given).
+        ``format``, ``tokenFile`` (the path of a file, readable by this user only, that
+        holds the service's token: the token itself is in no option, since options show
+        in the query's plan) and ``route`` (when one was given).
     service : reactive_streams.adapters.rsocket.RSocketService
         The server.
     """
 
     def __init__(self, service: Any, fmt: str, route: str | None) -> None:
         self.service = service
+        self._folder: str | None = None
+        try:
+            self._folder = tempfile.mkdtemp(prefix="pyspark-reactive-expose-")  # 0700
+            token_file = os.path.join(self._folder, "token")
+            handle = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600)
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(service.token)
+        except BaseException:
+            self.close()
+            raise
         self.options: dict[str, str] = {"publisher": "rsocket", "host": service.host,
-                                        "port": str(service.port), "format": fmt}
+                                        "port": str(service.port), "format": fmt,
+                                        "tokenFile": token_file}
         if route is not None:
             self.options["route"] = route
 
@@ -247,8 +288,12 @@ class Exposed:
         return reader.load()
 
     def close(self) -> None:
-        """Stop serving: connected queries' streams fail, as with any lost server."""
+        """Stop serving: connected queries' streams fail, as with any lost server. The
+        token file goes too."""
         self.service.close()
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def __enter__(self) -> Exposed:
         return self
@@ -262,7 +307,7 @@ class Exposed:
 
 def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
            route: str | None = None, *, format: str = "json",
-           encode: Callable[[Any], bytes] | None = None) -> Exposed:
+           encode: Callable[[Any], bytes] | None = None, token: str | None = None) -> Exposed:
     """Serve a publisher that lives in this process to the ``reactive`` source.
 
     A query's source runs in a process of its own, which Spark starts and which cannot
@@ -272,8 +317,15 @@ def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
     live publisher as ``request(n)``. Each query run subscribes once: the publisher must
     accept a subscriber per run (a query restarted from its checkpoint subscribes again).
 
-    Works wherever the source runner can reach this process at ``host``: classic
-    PySpark, and a Spark Connect server on this machine. A Connect server on another
+    Only the query's source connects: the service asks each connection for a token
+    (random unless ``token`` is given), which the source reads from a file that only
+    this user can read (a 0600 file in a 0700 folder of the temporary directory, removed
+    by :meth:`Exposed.close`); its path, not the token, is the ``tokenFile`` option.
+    Another user of this machine can connect to 127.0.0.1 but gets no row.
+
+    Works wherever the source runner can reach this process at ``host`` and read the
+    token file (it runs as this user): classic PySpark, and a Spark Connect server on
+    this machine run by this user. A Connect server on another
     machine (Databricks, a remote cluster) cannot reach 127.0.0.1 of this one.
 
     Parameters
@@ -292,6 +344,8 @@ def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
         STRING``), ``bytes`` (``bytes`` elements, ``value BINARY``).
     encode : callable, optional
         ``encode(element) -> bytes`` instead of the format's own encoding.
+    token : str, optional
+        The service's token; default: a random one.
 
     Returns
     -------
@@ -319,4 +373,5 @@ def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
                          f"{', '.join(_FORMATS)}")
     if encode is None and format == "json":
         encode = to_json
-    return Exposed(_serve("expose", publisher, host, port, route, encode), format, route)
+    return Exposed(_serve("expose", publisher, host, port, route, encode, token=token),
+                   format, route)

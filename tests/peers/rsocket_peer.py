@@ -23,7 +23,7 @@ from typing import Any
 
 from reactivestreams.subscriber import Subscriber as RSocketSubscriber
 from rsocket.extensions.composite_metadata import CompositeMetadata
-from rsocket.extensions.helpers import composite, route
+from rsocket.extensions.helpers import authenticate_bearer, composite, route
 from rsocket.extensions.mimetypes import WellKnownMimeTypes
 from rsocket.extensions.routing import RoutingMetadata
 from rsocket.frame import CancelFrame
@@ -319,10 +319,11 @@ class _Keeper(RSocketSubscriber):
 class PlainClient:
     """A plain rsocket-py client of one request-stream, with demand the caller gives:
     ``request_stream(initial)`` then ``request(n)``; every payload's data is kept in
-    :attr:`payloads`."""
+    :attr:`payloads`. ``token``: presented in SETUP as a bearer token (composite
+    metadata, RSocket's authentication extension), as any RSocket library can."""
 
     def __init__(self, port: int, host: str = "127.0.0.1",
-                 receive_buffer: int | None = None) -> None:
+                 receive_buffer: int | None = None, token: str | None = None) -> None:
         self.payloads: list[bytes] = []
         self.wake_at = 1  # payloads that wake a waiter (wait_payloads sets it)
         self.completed = False
@@ -331,9 +332,11 @@ class PlainClient:
         self._loop = _LoopThread("plain-rsocket-client")
         self._requester: Any = None
         self._resume = threading.Event()
-        self._client: RSocketClient = self._loop.run(self._connect(host, port, receive_buffer))
+        self._client: RSocketClient = self._loop.run(self._connect(host, port, receive_buffer,
+                                                                  token))
 
-    async def _connect(self, host: str, port: int, receive_buffer: int | None) -> RSocketClient:
+    async def _connect(self, host: str, port: int, receive_buffer: int | None,
+                       token: str | None) -> RSocketClient:
         sock = socket.socket()
         if receive_buffer is not None:
             # Before connecting, so that the window offered to the server is that small.
@@ -342,9 +345,12 @@ class PlainClient:
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, (host, port))
         reader, writer = await asyncio.open_connection(sock=sock)
+        setup = (Payload(b"", composite(authenticate_bearer(token)))
+                 if token is not None else None)
         client = RSocketClient(
             single_transport_provider(TransportTCP(reader, writer, 65536)),
-            metadata_encoding=WellKnownMimeTypes.MESSAGE_RSOCKET_COMPOSITE_METADATA)
+            metadata_encoding=WellKnownMimeTypes.MESSAGE_RSOCKET_COMPOSITE_METADATA,
+            setup_payload=setup)
         await client.connect()
         return client
 

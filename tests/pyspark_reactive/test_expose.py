@@ -37,9 +37,10 @@ def test_exposed_live_publisher_gets_each_batch_demand_and_every_element_once(
         tmp_path: Path) -> None:
     live = RecordingRange(3000)  # lives here, in the test's process
     with expose(live, route="live") as exposed:
+        token_file = exposed.options["tokenFile"]
         assert exposed.options == {"publisher": "rsocket", "host": "127.0.0.1",
                                    "port": str(exposed.service.port), "format": "json",
-                                   "route": "live"}
+                                   "route": "live", "tokenFile": token_file}
         df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=PER_BATCH)
         query, name = to_memory(df, queries, tmp_path, availableNow=True)
         assert watch.wait_terminated(query) is None
@@ -76,7 +77,7 @@ def test_query_output_served_over_rsocket_is_paced_by_a_slow_remote_client(
     query = publisher.query
     queries.append(query)
     with serve_publisher(publisher, route="rows") as service, \
-            PlainClient(service.port) as client:
+            PlainClient(service.port, token=service.token) as client:
         client.request_stream(step, route_name="rows")
         received = step
         while True:
@@ -111,7 +112,8 @@ def test_a_client_that_stops_reading_holds_the_query_back(
     query = publisher.query
     queries.append(query)
     with serve_publisher(publisher, prefetch=prefetch) as service, \
-            PlainClient(service.port, receive_buffer=4 * size) as client:
+            PlainClient(service.port, receive_buffer=4 * size,
+                        token=service.token) as client:
         client.request_stream(UNBOUNDED_REQUEST_N)
         client.wait_payloads(per_batch)
         client.stall()

@@ -298,7 +298,7 @@ class TestRSocketPublisherAgainstServeTCK(TestRSocketPublisherTCK):
     def create_publisher(self, elements: int) -> Publisher[int]:
         count = min(elements, 2**62)  # LONG_MAX (an endless stream) fits no RangePublisher
         return RSocketPublisher("127.0.0.1", self.service.port, data=str(count).encode(),
-                                decode=int)
+                                decode=int, token=self.service.token)
 
 
 # -- serve() against a plain rsocket-py client -----------------------------------------------
@@ -306,7 +306,8 @@ class TestRSocketPublisherAgainstServeTCK(TestRSocketPublisherTCK):
 
 def test_served_publisher_is_paced_by_the_remote_request_n() -> None:
     local = RecordingRange(10_000, numbered)
-    with serve(local, route="numbers") as service, PlainClient(service.port) as client:
+    with serve(local, route="numbers") as service, \
+            PlainClient(service.port, token=service.token) as client:
         client.request_stream(10, route_name="numbers")
         client.wait_payloads(10)
         assert local.requests == [10]
@@ -320,7 +321,8 @@ def test_served_publisher_is_paced_by_the_remote_request_n() -> None:
 
 def test_served_unbounded_demand_is_taken_in_prefetch_steps() -> None:
     local = RecordingRange(3000, numbered)
-    with serve(local, prefetch=1000) as service, PlainClient(service.port) as client:
+    with serve(local, prefetch=1000) as service, \
+            PlainClient(service.port, token=service.token) as client:
         client.request_stream(UNBOUNDED_REQUEST_N)
         client.wait_end()
     assert client.payloads == [str(i).encode() for i in range(3000)]
@@ -334,7 +336,8 @@ def test_served_prefetch_bounds_what_a_stalled_client_leaves_unread() -> None:
     size, prefetch = 65536, 8
     local = RecordingRange(1000, lambda i: bytes(size))
     with serve(local, prefetch=prefetch) as service, \
-            PlainClient(service.port, receive_buffer=4 * size) as client:
+            PlainClient(service.port, receive_buffer=4 * size,
+                        token=service.token) as client:
         client.request_stream(UNBOUNDED_REQUEST_N)
         client.wait_payloads(20)
         client.stall()
@@ -353,7 +356,8 @@ def test_serve_closes_the_connection_of_a_client_gone_silent() -> None:
     # The client's loop stops: no more KEEPALIVE frames, though its TCP connection stays
     # up, as when its machine is lost. Its subscription must not be held forever.
     local = RecordingRange(10**6, numbered)
-    with serve(local, keepalive_timeout=1.5) as service, PlainClient(service.port) as client:
+    with serve(local, keepalive_timeout=1.5) as service, \
+            PlainClient(service.port, token=service.token) as client:
         client.request_stream(5)
         client.wait_payloads(5)
         assert not local.cancelled.wait(2.0), "cancelled while the client answered"
@@ -369,12 +373,12 @@ def test_serve_refuses_another_route_and_reports_errors() -> None:
         raise OSError("the feed broke")
 
     with serve(IterablePublisher(failing), route="feed") as service:
-        with PlainClient(service.port) as client:
+        with PlainClient(service.port, token=service.token) as client:
             client.request_stream(5, route_name="other")
             client.wait_for(lambda: client.error is not None, what="the error")
             assert "no stream on route 'other' here: this server serves route 'feed'" in str(
                 client.error)
-        with PlainClient(service.port) as client:
+        with PlainClient(service.port, token=service.token) as client:
             client.request_stream(5, route_name="feed")
             client.wait_for(lambda: client.error is not None, what="the error")
             assert client.payloads == [b"one"]
@@ -382,7 +386,8 @@ def test_serve_refuses_another_route_and_reports_errors() -> None:
 
 
 def test_serve_names_an_element_it_cannot_encode() -> None:
-    with serve(RangePublisher(0, 3)) as service, PlainClient(service.port) as client:
+    with serve(RangePublisher(0, 3)) as service, \
+            PlainClient(service.port, token=service.token) as client:
         client.request_stream(3)
         client.wait_for(lambda: client.error is not None, what="the error")
         assert "element #1 could not be encoded: TypeError: an element of type int" in str(
@@ -401,7 +406,7 @@ def test_our_client_against_our_server_with_a_factory() -> None:
 
     with serve(factory, route="r", encode=lambda i: str(i).encode()) as service:
         publisher = RSocketPublisher("127.0.0.1", service.port, route="r", data=b"2500",
-                                     decode=int)
+                                     decode=int, token=service.token)
         assert collect(publisher, timeout=20) == list(range(2500))
         assert collect(publisher, timeout=20) == list(range(2500))  # a second subscription
     assert [(r.route, r.data) for r in seen] == [("r", b"2500")] * 2
@@ -411,7 +416,8 @@ def test_closing_the_service_cancels_its_subscriptions_and_fails_its_clients() -
     local = RecordingRange(10**9, numbered)
     service = serve(local)
     recorder = Recorder(initial=5)
-    RSocketPublisher("127.0.0.1", service.port, route="a").subscribe(recorder)
+    RSocketPublisher("127.0.0.1", service.port, route="a", token=service.token).subscribe(
+        recorder)
     recorder.wait_for_elements(5)
     service.close()
     assert local.cancelled.wait(10)

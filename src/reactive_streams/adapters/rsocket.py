@@ -3,7 +3,10 @@
 :class:`RSocketPublisher` subscribes to a request-stream of a remote RSocket server, so the
 subscriber's ``request(n)`` travels to the server as REQUEST_N; :func:`serve` answers
 request-streams from a local Publisher, so each remote REQUEST_N becomes ``request(n)``.
-Both run the protocol on an asyncio event loop on a thread they own (rsocket-py).
+Both run the protocol on an asyncio event loop on a thread they own (rsocket-py), and
+both bound what a peer can make them hold (frame and reassembled payload sizes, frames
+queued to a peer that does not read, streams and connections); :func:`serve` asks every
+connection for a token in its SETUP frame unless told to serve anyone.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
+import hmac
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,13 +41,22 @@ _metadata = require("rsocket.extensions.helpers", "rsocket", _FEATURE)
 _composite = require("rsocket.extensions.composite_metadata", "rsocket", _FEATURE)
 _routing = require("rsocket.extensions.routing", "rsocket", _FEATURE)
 _mimetypes = require("rsocket.extensions.mimetypes", "rsocket", _FEATURE)
+_frame = require("rsocket.frame", "rsocket", _FEATURE)
+_frame_parser = require("rsocket.frame_parser", "rsocket", _FEATURE)
+_exceptions = require("rsocket.exceptions", "rsocket", _FEATURE)
+_error_codes = require("rsocket.error_codes", "rsocket", _FEATURE)
 
 __all__ = [
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_KEEPALIVE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_MAX_STREAMS",
     "DEFAULT_SERVE_KEEPALIVE_TIMEOUT",
+    "MAX_QUEUED_FRAMES",
     "MAX_REQUEST_N",
     "MAX_ROUTE_BYTES",
+    "SETUP_TIMEOUT",
     "UNBOUNDED_REQUEST_N",
     "RSocketPublisher",
     "RSocketService",
@@ -59,6 +73,9 @@ Payload = _payload.Payload
 # rsocket-py's handler base class; it carries no type information.
 _BaseRequestHandler: Any = _handler.BaseRequestHandler
 _BaseServer: Any = _server.RSocketServer
+_BaseClient: Any = _client.RSocketClient
+_BaseParser: Any = _frame_parser.FrameParser
+_BaseTCP: Any = _tcp.TransportTCP
 
 #: REQUEST_N of ``2**31 - 1`` means "unbounded" in RSocket (as ``2**63 - 1`` does in §3.17).
 UNBOUNDED_REQUEST_N: Final[int] = 2**31 - 1
@@ -81,6 +98,338 @@ DEFAULT_KEEPALIVE_INTERVAL: Final[float] = 2.0
 DEFAULT_KEEPALIVE_TIMEOUT: Final[float] = 30.0
 # How long closing a connection waits for a CANCEL frame to be written before it closes.
 _CANCEL_WRITE_S = 2.0
+
+#: The largest payload (data and metadata) either side takes from a peer, whole or
+#: reassembled from fragments, by default: 4 MiB. A frame longer than this (plus 1 KiB of
+#: headers) is refused as soon as its length is read, before it is buffered.
+DEFAULT_MAX_PAYLOAD_BYTES: Final[int] = 4 << 20
+#: Connections a service keeps at once by default (those still in their handshake
+#: included); one more is refused with an ERROR frame (REJECTED_SETUP).
+DEFAULT_MAX_CONNECTIONS: Final[int] = 64
+#: Streams a service serves on one connection at once by default; one more gets an ERROR.
+DEFAULT_MAX_STREAMS: Final[int] = 256
+#: Frames other than the paced payloads (KEEPALIVE answers, REQUEST_N, ERROR, ...) that may
+#: wait to be written to a peer that reads nothing; one more and the connection is cut
+#: (read when a frame is queued; tests lower it).
+MAX_QUEUED_FRAMES: int = 1024
+#: Seconds a service waits for a connection's SETUP frame before it closes the connection.
+SETUP_TIMEOUT: Final[float] = 10.0
+# The longest frame before a connection's SETUP is accepted: a SETUP is small.
+_SETUP_FRAME_LIMIT = 64 << 10
+_FRAME_HEADERS = 1 << 10
+# Seconds a refused connection may stay open for its ERROR frame to reach the peer.
+_REFUSED_LINGER_S = 2.0
+_AUTHENTICATION_ID = 0x7C  # message/x.rsocket.authentication.v0 in composite metadata
+_AUTHENTICATION = b"message/x.rsocket.authentication.v0"
+_BEARER_ID = 0x01  # the well-known "bearer" authentication type
+_MAX_TOKEN_BYTES = 4096
+# The data of the KEEPALIVE frames by which a served stream learns what its client has read.
+_PROBE = b"pyspark-reactive/receipt/"
+
+#: What ``serve(..., token=...)`` generates when no token is given: 256 random bits.
+_TOKEN_BYTES = 32
+
+
+def _check_token(owner: str, token: object, none: str) -> None:
+    if token is None:
+        return
+    if not isinstance(token, str) or not token:
+        raise TypeError(f"{owner}: token of type {type(token).__name__} is not accepted: a "
+                        f"non-empty str, or {none}")
+    if len(token.encode("utf-8")) > _MAX_TOKEN_BYTES:
+        raise ValueError(f"{owner}: a token of {len(token.encode('utf-8'))} bytes is not "
+                         f"accepted: at most {_MAX_TOKEN_BYTES} bytes in UTF-8")
+
+
+def _check_positive_int(owner: str, name: str, value: object) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{owner}: {name}={value!r} is not accepted: a positive int")
+
+
+def _bearer_metadata(token: str) -> bytes:
+    """Composite metadata carrying ``token`` as a bearer token (RSocket's authentication
+    extension), as rsocket-js (``encodeBearerAuthMetadata``) and Spring Security send it."""
+    return bytes(_metadata.composite(_metadata.authenticate_bearer(token)))
+
+
+def _bearer_token(metadata: bytes) -> bytes | None:
+    """The bearer token of composite metadata, or ``None`` when it holds none (or is not
+    composite metadata at all). Parsed here, bounds-checked, since it comes from anyone."""
+    view = bytes(metadata)
+    at = 0
+    while at < len(view):
+        head = view[at]
+        if head & 0x80:
+            known, mime = head & 0x7F, b""
+            at += 1
+        else:
+            known, mime = -1, view[at + 1:at + 2 + head]
+            at += 2 + head
+        if at + 3 > len(view):
+            return None
+        length = int.from_bytes(view[at:at + 3], "big")
+        content = view[at + 3:at + 3 + length]
+        at += 3 + length
+        if len(content) != length:
+            return None
+        if (known == _AUTHENTICATION_ID or mime == _AUTHENTICATION) and content:
+            kind = content[0]
+            if kind & 0x80:
+                if kind & 0x7F == _BEARER_ID:
+                    return content[1:]
+            elif content[1:2 + kind] == b"bearer":
+                return content[2 + kind:]
+    return None
+
+
+class _FrameTooLong(Exception):
+    pass
+
+
+class _BoundedFrameParser(_BaseParser):  # type: ignore[misc]
+    """rsocket-py's frame parser buffers whatever length a frame's header announces (up to
+    16 MiB) and copies what follows each frame it takes; this one refuses a frame longer
+    than :attr:`limit` as soon as its length is read, and drops what it took once per
+    read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    async def receive_data(self, data: bytes, header_length: int = 3) -> Any:
+        buffer = self._buffer
+        buffer.extend(data)
+        at, total = 0, len(buffer)
+        try:
+            while total - at >= 3:
+                length = int.from_bytes(buffer[at:at + 3], "big")
+                if length > self.limit:
+                    raise _FrameTooLong(length)
+                if total - at < 3 + length:
+                    break
+                frame = buffer[at + 3:at + 3 + length]
+                at += 3 + length
+                try:
+                    parsed = _frame.parse_or_ignore(frame)
+                except Exception:
+                    log.debug("an RSocket frame could not be parsed", exc_info=True)
+                    parsed = _frame.InvalidFrame()
+                if parsed is not None:
+                    yield parsed
+        finally:
+            del buffer[:at]
+
+
+class _BoundedTCP(_BaseTCP):  # type: ignore[misc]
+    """rsocket-py's TCP transport with a bounded frame parser; a frame over the limit
+    calls ``on_too_long(length)`` and ends the connection. Once ``discarding``, what the
+    peer sends is read and dropped unparsed (a refused connection, until it closes)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 limit: int, on_too_long: Callable[[int], None]) -> None:
+        super().__init__(reader, writer, read_buffer_size=_READ_BUFFER)
+        self._frame_parser = _BoundedFrameParser(limit)
+        self._on_too_long = on_too_long
+        self.discarding = False
+
+    @property
+    def limit(self) -> int:
+        return int(self._frame_parser.limit)
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._frame_parser.limit = value
+
+    @property
+    def peer(self) -> str:
+        address = self._writer.get_extra_info("peername")
+        return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else "a peer"
+
+    async def next_frame_generator(self) -> Any:
+        while True:
+            generator = await super().next_frame_generator()
+            if generator is None or not self.discarding:
+                return None if generator is None else self._checked(generator)
+            await generator.aclose()  # the data was read; nothing of it is parsed
+
+    async def _checked(self, generator: Any) -> Any:
+        try:
+            async for frame in generator:
+                yield frame
+        except _FrameTooLong as error:
+            self._on_too_long(int(error.args[0]))
+            raise _exceptions.RSocketTransportError() from None
+
+    def write_eof(self) -> None:
+        try:
+            if self._writer.can_write_eof():
+                self._writer.write_eof()
+        except (OSError, RuntimeError):
+            pass
+
+    def abort(self) -> None:
+        """Close at once, dropping what waits to be written (a peer that reads nothing
+        would hold a graceful close forever)."""
+        self._writer.transport.abort()
+
+
+class _Partial:
+    """A payload arriving in fragments: its first frame and the pieces after it."""
+
+    __slots__ = ("data", "first", "metadata", "size")
+
+    def __init__(self, first: Any) -> None:
+        self.first = first
+        self.data: list[bytes] = []
+        self.metadata: list[bytes] = []
+        self.size = 0
+        self.add(first)
+
+    def add(self, frame: Any) -> None:
+        data, metadata = frame.data or b"", frame.metadata or b""
+        if data:
+            self.data.append(data)
+        if metadata:
+            self.metadata.append(metadata)
+        self.size += len(data) + len(metadata)
+
+    def whole(self, last: Any) -> Any:
+        frame = self.first
+        frame.data = b"".join(self.data)
+        frame.metadata = b"".join(self.metadata)
+        frame.flags_follows = False
+        if hasattr(last, "flags_next") and hasattr(frame, "flags_next"):
+            frame.flags_next = last.flags_next
+        frame.flags_complete = last.flags_complete
+        return frame
+
+
+class _Guarded:
+    """What both ends of a connection bound, mixed into rsocket-py's client and server.
+
+    rsocket-py reassembles fragments of any stream without limit (one payload may grow
+    for ever), including streams that were never opened, and queues every frame it
+    answers (KEEPALIVE echoes...) without limit to a peer that may read nothing. Here
+    fragments are reassembled only for open streams (or a request opening one) and at
+    most ``max_payload_bytes`` per connection; frames for unknown streams are dropped;
+    more than :data:`MAX_QUEUED_FRAMES` frames other than the paced payloads waiting to be
+    written cut the connection.
+    """
+
+    _stream_control: Any
+    _send_queue: Any
+
+    def _init_guard(self, transport: _BoundedTCP, max_payload_bytes: int) -> None:
+        self.guard_transport = transport
+        self.max_payload_bytes = max_payload_bytes
+        self.disconnected: str | None = None  # why, once cut off
+        self.frames_dropped = 0  # frames (fragments included) of unknown streams
+        self.peak_buffered = 0  # the most fragment bytes held at once
+        self._partials: dict[int, _Partial] = {}
+        self._buffered = 0
+        self._queued = 0
+        self._closing_task: asyncio.Task[None] | None = None
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def _violated(self, reason: str) -> None:
+        """The peer broke a bound: ``reason`` says how; the connection is being cut."""
+
+    def _payload_starts(self, stream_id: int) -> str | None:
+        """A payload's first fragment arrived on an open stream: ``None`` to take it, or
+        why not (the connection is then cut)."""
+        return None
+
+    # -- bounds -------------------------------------------------------------------------------
+
+    def disconnect(self, reason: str) -> None:
+        """Cut the connection at once (what waits to be written is dropped)."""
+        if self.disconnected is not None:
+            return
+        self.disconnected = reason
+        self._partials.clear()
+        self._buffered = 0
+        self._violated(reason)
+        self.guard_transport.abort()
+        self._closing_task = asyncio.get_running_loop().create_task(self._close_quietly())
+
+    async def _close_quietly(self) -> None:
+        try:
+            await self.close()  # type: ignore[attr-defined]
+        except Exception:
+            log.debug("closing an RSocket connection failed", exc_info=True)
+
+    def frame_too_long(self, length: int) -> None:
+        self.disconnect(f"the peer sent a frame of {length} bytes, over the "
+                        f"{self.guard_transport.limit} taken (max_payload_bytes="
+                        f"{self.max_payload_bytes})")
+
+    def send_frame(self, frame: Any) -> None:
+        if self.disconnected is not None:
+            return
+        if frame.sent_future is None:
+            # Not a paced payload (those carry their own future, and their stream holds at
+            # most its prefetch unwritten): count it until it is written.
+            if self._queued >= MAX_QUEUED_FRAMES:
+                self.disconnect(f"the peer reads nothing: {self._queued} frames wait to be "
+                                f"written to it (at most {MAX_QUEUED_FRAMES} are kept)")
+                return
+            self._queued += 1
+            frame.sent_future = asyncio.get_running_loop().create_future()
+            frame.sent_future.add_done_callback(self._written)
+        super().send_frame(frame)  # type: ignore[misc]
+
+    def _written(self, _future: asyncio.Future[None]) -> None:
+        self._queued -= 1
+
+    async def _handle_next_frame(self, frame: Any, handlers: Any) -> None:
+        if self.disconnected is not None:
+            return
+        stream_id = getattr(frame, "stream_id", 0)
+        partial = self._partials.get(stream_id) if stream_id else None
+        if partial is not None:
+            if not isinstance(frame, _frame.PayloadFrame):
+                self.disconnect(f"the peer sent a {type(frame).__name__} on stream "
+                                f"{stream_id} amid the fragments of a payload")
+                return
+            if not self._hold(frame, stream_id):
+                return
+            partial.add(frame)
+            if frame.flags_follows:
+                return
+            del self._partials[stream_id]
+            self._buffered -= partial.size
+            frame = partial.whole(frame)
+        elif stream_id and not isinstance(frame, _frame.initiate_request_frame_types):
+            if stream_id not in self._stream_control._streams:
+                # rsocket-py would keep the fragments of a stream never opened, and log a
+                # warning for each other frame.
+                self.frames_dropped += 1
+                return
+            if getattr(frame, "flags_follows", False) and isinstance(frame, _frame.PayloadFrame):
+                refused = self._payload_starts(stream_id)
+                if refused is not None:
+                    self.disconnect(refused)
+                    return
+                if self._hold(frame, stream_id):
+                    self._partials[stream_id] = _Partial(frame)
+                return
+        elif stream_id and getattr(frame, "flags_follows", False):
+            if self._hold(frame, stream_id):  # a request arriving in fragments
+                self._partials[stream_id] = _Partial(frame)
+            return
+        await super()._handle_next_frame(frame, handlers)  # type: ignore[misc]
+
+    def _hold(self, frame: Any, stream_id: int) -> bool:
+        size = len(frame.data or b"") + len(frame.metadata or b"")
+        if self._buffered + size > self.max_payload_bytes:
+            self.disconnect(f"the peer sent more than max_payload_bytes="
+                            f"{self.max_payload_bytes} bytes of fragmented payload (stream "
+                            f"{stream_id}): a payload that large is not taken")
+            return False
+        self._buffered += size
+        self.peak_buffered = max(self.peak_buffered, self._buffered)
+        return True
 
 
 class RemoteStreamError(ConnectionError):
@@ -169,29 +518,43 @@ class RSocketPublisher(Publisher[T], Generic[T]):
         (default 30): a server that stops answering (stopped, or gone without closing
         the connection) fails the stream between this and twice this long after its
         last answer (rsocket-py checks once per ``keepalive_timeout``).
+    token : str, optional
+        Presented in the SETUP frame as a bearer token (composite metadata, RSocket's
+        authentication extension), as :func:`serve` asks for. ``None`` (default): no
+        credentials. Never shown by ``repr`` or in errors.
+    max_payload_bytes : int
+        The largest payload taken from the server, whole or reassembled from fragments
+        (default 4 MiB): a longer one fails the stream, saying so, as soon as its frame
+        header or fragments pass the cap. A fragmented payload counts against the demand
+        from its first fragment.
 
     Raises
     ------
     ValueError
         For a ``host``, ``port``, ``route`` (over 255 bytes in UTF-8), ``data_mime_type``,
-        ``connect_timeout``, ``keepalive_interval`` or ``keepalive_timeout`` not accepted,
-        or ``route`` and ``metadata`` both given.
+        ``connect_timeout``, ``keepalive_interval``, ``keepalive_timeout``, ``token`` or
+        ``max_payload_bytes`` not accepted, or ``route`` and ``metadata`` both given.
     TypeError
-        For a ``route`` or ``data_mime_type`` that is not a str, ``data`` or ``metadata``
-        that are not bytes, or a ``decode`` that is not callable.
+        For a ``route``, ``token`` or ``data_mime_type`` that is not a str, ``data`` or
+        ``metadata`` that are not bytes, or a ``decode`` that is not callable.
 
     Notes
     -----
-    A refused or lost connection, a server that stops answering KEEPALIVE, an ERROR frame
-    and a ``decode`` failure reach the subscriber as ``on_error(RemoteStreamError)``,
-    whose message names ``host:port`` and the route. Creating the publisher connects
-    nowhere.
+    A refused or lost connection (a token the server refused, too), a server that stops
+    answering KEEPALIVE, an ERROR frame, a payload over ``max_payload_bytes`` and a
+    ``decode`` failure reach the subscriber as ``on_error(RemoteStreamError)``, whose
+    message names ``host:port`` and the route. Creating the publisher connects nowhere.
+    What the server can make the client hold is bounded: frames are refused past the
+    cap before they are read, fragments of streams not open are dropped, and a server
+    that reads nothing while the client answers its KEEPALIVE frames is cut off past
+    :data:`MAX_QUEUED_FRAMES` frames waiting.
 
     Examples
     --------
     >>> from reactive_streams import RangePublisher, collect
     >>> with serve(RangePublisher(5, 3), encode=lambda i: str(i).encode()) as service:
-    ...     collect(RSocketPublisher("127.0.0.1", service.port, decode=int), timeout=10)
+    ...     collect(RSocketPublisher("127.0.0.1", service.port, decode=int,
+    ...                              token=service.token), timeout=10)
     [5, 6, 7]
     """
 
@@ -200,8 +563,12 @@ class RSocketPublisher(Publisher[T], Generic[T]):
                  data_mime_type: str = "application/octet-stream",
                  connect_timeout: float = 10.0,
                  keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
-                 keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT) -> None:
+                 keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+                 token: str | None = None,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> None:
         _check_endpoint("RSocketPublisher", host, port)
+        _check_token("RSocketPublisher", token, "None for no credentials")
+        _check_positive_int("RSocketPublisher", "max_payload_bytes", max_payload_bytes)
         if port == 0:
             raise ValueError("RSocketPublisher: port=0 is not accepted: an int from 1 to 65535")
         if route is not None and metadata is not None:
@@ -246,6 +613,8 @@ class RSocketPublisher(Publisher[T], Generic[T]):
         self.connect_timeout = float(connect_timeout)
         self.keepalive_interval = float(keepalive_interval)
         self.keepalive_timeout = float(keepalive_timeout)
+        self._token = token
+        self.max_payload_bytes = max_payload_bytes
         self._runner = LoopRunner(name="rsocket-publisher")
 
     @property
@@ -324,6 +693,22 @@ class _ClientHandler(_BaseRequestHandler):  # type: ignore[misc]
     async def on_close(self, rsocket: Any, exception: Exception | None = None) -> None:
         # After its streams were failed; before any REQUEST_STREAM there were none.
         self._stream.connection_closed()
+
+
+class _ClientConnection(_Guarded, _BaseClient):  # type: ignore[misc]
+    """A publisher's connection: rsocket-py's client, bounded as :class:`_Guarded` says."""
+
+    def __init__(self, stream: _RemoteStream[Any], transport: _BoundedTCP,
+                 max_payload_bytes: int, *args: Any, **kwargs: Any) -> None:
+        self._stream = stream
+        self._init_guard(transport, max_payload_bytes)
+        super().__init__(*args, **kwargs)
+
+    def _violated(self, reason: str) -> None:
+        self._stream.violated(reason)
+
+    def _payload_starts(self, stream_id: int) -> str | None:
+        return self._stream.payload_starts()
 
 
 def _text(data: bytes | None) -> str:
@@ -419,15 +804,22 @@ class _RemoteStream(Source[T], Generic[T]):
             self._end(self._error(f"cannot connect: {type(error).__name__}: {error}"))
             return
         try:
-            transport = _tcp.TransportTCP(reader, writer, read_buffer_size=_READ_BUFFER)
-            self._client = _client.RSocketClient(
+            transport = _BoundedTCP(reader, writer,
+                                    publisher.max_payload_bytes + _FRAME_HEADERS,
+                                    lambda length: client.frame_too_long(length))
+            token = publisher._token
+            client = _ClientConnection(
+                self, transport, publisher.max_payload_bytes,
                 _helpers.single_transport_provider(transport),
                 handler_factory=lambda: _ClientHandler(self),
                 data_encoding=publisher.data_mime_type.encode(),
                 metadata_encoding=COMPOSITE_METADATA,
                 keep_alive_period=datetime.timedelta(seconds=publisher.keepalive_interval),
-                max_lifetime_period=datetime.timedelta(seconds=publisher.keepalive_timeout))
-            await self._client.connect()
+                max_lifetime_period=datetime.timedelta(seconds=publisher.keepalive_timeout),
+                setup_payload=(Payload(b"", _bearer_metadata(token))
+                               if token is not None else None))
+            self._client = client
+            await client.connect()
         except Exception as error:
             writer.close()
             self._end(self._error(f"cannot set up the connection: {type(error).__name__}: "
@@ -514,13 +906,35 @@ class _RemoteStream(Source[T], Generic[T]):
     def remote_completed(self) -> None:
         self._end(COMPLETE)
 
+    def _lost(self, otherwise: str) -> str:
+        """Why the connection ended: the server's refusal of the SETUP, its ERROR frame on
+        the connection, or ``otherwise``."""
+        why = self.connection_error
+        if why.startswith(("REJECTED_SETUP", "INVALID_SETUP", "UNSUPPORTED_SETUP")):
+            hint = ("; no token was given: pass the service's token (token=...)"
+                    if self._publisher._token is None and "token" in why else "")
+            return f"the server refused the connection: {why}{hint}"
+        return f"connection lost: {why or otherwise}"
+
+    def violated(self, reason: str) -> None:
+        """The server broke a bound (the connection is being cut)."""
+        if not self._finished:
+            self._end(self._error(f"connection cut: {reason}"))
+
+    def payload_starts(self) -> str | None:
+        """A fragmented payload began: it counts against the demand from now (§1.1)."""
+        if self._finished or self._unbounded or self._outstanding > 0:
+            return None
+        return (f"the server sent payload #{self._received + 1} (its first fragment) beyond "
+                "the demand it was given (§1.1)")
+
     def remote_failed(self, error: BaseException) -> None:
         if self._finished:
             return
         code = getattr(getattr(error, "error_code", None), "name", None)
         if code in ("CONNECTION_ERROR", "CONNECTION_CLOSE"):
-            why = self.connection_error or "the connection closed before the stream completed"
-            self._end(self._error(f"connection lost: {why}"))
+            self._end(self._error(self._lost(
+                "the connection closed before the stream completed")))
         elif code is not None:
             self._end(self._error(f"the server answered with error {code}: "
                                   f"{getattr(error, 'data', '') or error}"))
@@ -534,8 +948,7 @@ class _RemoteStream(Source[T], Generic[T]):
 
     def connection_closed(self) -> None:
         if not self._closed and not self._finished:
-            why = self.connection_error or "the server closed the connection"
-            self._end(self._error(f"connection lost: {why}"))
+            self._end(self._error(self._lost("the server closed the connection")))
 
     def _cancel_remote(self) -> None:
         """Send CANCEL for a stream under way (idempotent)."""
@@ -635,6 +1048,11 @@ class RSocketService:
         The port it listens on (the one chosen when ``port=0`` was asked for).
     route : str or None
         The only route it answers (``None``: any).
+    token : str or None
+        The token every connection must present in its SETUP (``None``: a service made
+        with ``authenticate=False``, which asks for none). Never shown by ``repr``.
+    connections_refused : int
+        Connections refused so far (no token or another, too many connections, no SETUP).
     """
 
     def __init__(self, publisher_or_factory: PublisherOrFactory, route: str | None,
@@ -668,6 +1086,11 @@ class RSocketService:
         self._closed = False
         self._lock = threading.Lock()
         self.streams_served = 0
+        self.connections_refused = 0
+        self.token: str | None = None
+        self.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
+        self.max_connections = DEFAULT_MAX_CONNECTIONS
+        self.max_streams = DEFAULT_MAX_STREAMS
 
     def _start(self, host: str, port: int) -> None:
         self._loop_runner.acquire()
@@ -685,12 +1108,14 @@ class RSocketService:
         self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._closed:
-            writer.close()
+        if self._closed or len(self._connections) >= 2 * self.max_connections:
+            # Past twice the cap (the refused ones linger a moment for their ERROR frame),
+            # a connection is closed unanswered.
+            writer.transport.abort()
             return
-        connection = _ServeConnection(
-            _tcp.TransportTCP(reader, writer, read_buffer_size=_READ_BUFFER),
-            handler_factory=lambda: _ServeHandler(self))
+        transport = _BoundedTCP(reader, writer, _SETUP_FRAME_LIMIT,
+                                lambda length: connection.frame_too_long(length))
+        connection = _ServeConnection(self, transport)
         self._connections.add(connection)
 
     async def _watch(self) -> None:
@@ -709,10 +1134,9 @@ class RSocketService:
                     log.warning("RSocket service on %s: no KEEPALIVE from a client for %.1f s "
                                 "(keepalive_timeout %g s): closing its connection",
                                 self.address, silent, allowed)
-                    try:
-                        await connection.close()
-                    except Exception:
-                        log.debug("closing an RSocket connection failed", exc_info=True)
+                    # At once: a client gone silent may read nothing either, and a graceful
+                    # close would wait for it.
+                    connection.disconnect(f"no KEEPALIVE for {silent:.1f} s")
 
     @property
     def address(self) -> str:
@@ -745,8 +1169,10 @@ class RSocketService:
             server.close()
         for connection in list(self._connections):
             try:
-                await connection.close()
+                await asyncio.wait_for(connection.close(), _CANCEL_WRITE_S)
             except Exception:
+                # A client that reads nothing holds a graceful close: cut it.
+                connection.guard_transport.abort()
                 log.debug("closing an RSocket connection failed", exc_info=True)
         self._connections.clear()
 
@@ -779,8 +1205,24 @@ class RSocketService:
 def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", port: int = 0,
           route: str | None = None, *, encode: Callable[[Any], Any] | None = None,
           prefetch: int = DEFAULT_PREFETCH,
-          keepalive_timeout: float = DEFAULT_SERVE_KEEPALIVE_TIMEOUT) -> RSocketService:
-    """Serve a Publisher as an RSocket request-stream over TCP.
+          keepalive_timeout: float = DEFAULT_SERVE_KEEPALIVE_TIMEOUT,
+          token: str | None = None, authenticate: bool = True,
+          max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+          max_connections: int = DEFAULT_MAX_CONNECTIONS,
+          max_streams: int = DEFAULT_MAX_STREAMS) -> RSocketService:
+    """Serve a Publisher as an RSocket request-stream over TCP, to clients that present
+    its token.
+
+    Every connection must present the service's token in its SETUP frame, as a bearer
+    token of RSocket's authentication extension: composite metadata
+    (``message/x.rsocket.composite-metadata.v0`` announced as the SETUP's metadata MIME
+    type) holding a ``message/x.rsocket.authentication.v0`` entry of type ``bearer``
+    (:class:`RSocketPublisher` does this with ``token=``; rsocket-js with
+    ``encodeBearerAuthMetadata``; Spring with ``BearerTokenMetadata``). It is compared in
+    constant time. A connection without it, with another, or whose first frame is not a
+    SETUP, gets an ERROR frame (REJECTED_SETUP, INVALID_SETUP) saying so and is closed;
+    the service serves the others on. ``127.0.0.1`` is reachable by every user of this
+    machine, which is why the token is asked for there too.
 
     Every remote REQUEST_STREAM subscribes to the publisher (or to a new one from the
     factory), and the remote demand paces it: the initial request and each REQUEST_N
@@ -817,6 +1259,22 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
         Seconds without a KEEPALIVE frame from a client after which its connection is
         closed and its subscriptions cancelled (default 90; never less than twice the
         interval the client announced in SETUP). Checked every quarter of it.
+    token : str, optional
+        The token clients must present (at most 4096 bytes in UTF-8). Default: a random
+        one (256 bits from :mod:`secrets`), read from :attr:`RSocketService.token`.
+    authenticate : bool
+        ``False`` serves every connection, asking for no token (then ``token`` must not be
+        given): anyone who can reach ``host:port`` (on ``127.0.0.1``, every local user)
+        reads the stream and paces the publisher. Default ``True``.
+    max_payload_bytes : int
+        The largest request payload taken from a client, whole or in fragments (default
+        4 MiB); a longer frame, or more fragments in progress on one connection, cut that
+        connection. Fragments of streams that are not open are dropped.
+    max_connections : int
+        Connections served at once (default 64); one more is refused (REJECTED_SETUP).
+        A connection must send its SETUP within 10 s (:data:`SETUP_TIMEOUT`).
+    max_streams : int
+        Streams served at once on one connection (default 256); one more gets an ERROR.
 
     Returns
     -------
@@ -830,11 +1288,28 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     OSError
         When the address cannot be bound.
 
+    Notes
+    -----
+    Bounded against any client: a frame is refused as soon as its header announces more
+    than ``max_payload_bytes`` plus 1 KiB (64 KiB before the SETUP is accepted), before
+    it is read; at most ``max_payload_bytes`` of fragments are held per connection;
+    frames other than the paced payloads waiting to be written to a client that reads
+    nothing (KEEPALIVE answers, ERROR frames...) are at most :data:`MAX_QUEUED_FRAMES`
+    (1024): one more cuts the connection. The payloads are paced by ``prefetch``.
+
+    When the publisher's subscription has ``defer_confirmation()`` and ``confirm(count)``
+    (a query's ``ForeachBatchPublisher``), an element counts as taken only once the client
+    is known to have received it: once a stream's payloads are written, the connection
+    sends a KEEPALIVE asking for an answer, which an RSocket client gives only after
+    reading every frame before it; its answer confirms them. A client that dies first
+    leaves them unconfirmed.
+
     Examples
     --------
     >>> from reactive_streams import RangePublisher, collect
     >>> with serve(RangePublisher(0, 3), encode=lambda i: str(i).encode()) as service:
-    ...     collect(RSocketPublisher("127.0.0.1", service.port, decode=int), timeout=10)
+    ...     collect(RSocketPublisher("127.0.0.1", service.port, decode=int,
+    ...                              token=service.token), timeout=10)
     [0, 1, 2]
     """
     _check_endpoint("serve", host, port)
@@ -842,26 +1317,156 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     if encode is not None and not callable(encode):
         raise TypeError(f"serve: encode={encode!r} is not accepted: a callable (element -> "
                         "bytes), or None")
+    if not isinstance(authenticate, bool):
+        raise TypeError(f"serve: authenticate={authenticate!r} is not accepted: True (ask "
+                        "for the token) or False (serve anyone)")
+    if not authenticate and token is not None:
+        raise ValueError("serve: authenticate=False serves anyone, asking for no token: "
+                         "give token or authenticate=False, not both")
+    _check_token("serve", token, "None for a random one")
+    for name, value in (("max_payload_bytes", max_payload_bytes),
+                        ("max_connections", max_connections), ("max_streams", max_streams)):
+        _check_positive_int("serve", name, value)
+    if authenticate and token is None:
+        token = secrets.token_urlsafe(_TOKEN_BYTES)
     service = RSocketService(publisher_or_factory, route, encode, prefetch, keepalive_timeout)
+    service.token = token
+    service.max_payload_bytes = max_payload_bytes
+    service.max_connections = max_connections
+    service.max_streams = max_streams
     service._start(host, port)
     return service
 
 
-class _ServeConnection(_BaseServer):  # type: ignore[misc]
-    """A client's connection to a service, which notes when the client was last heard."""
+class _ServeConnection(_Guarded, _BaseServer):  # type: ignore[misc]
+    """A client's connection to a service: admitted by its SETUP frame (the token, the
+    connection cap), bounded as :class:`_Guarded` says, and noting when the client was
+    last heard. It also sends the KEEPALIVE probes by which served streams learn what the
+    client has read."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, service: RSocketService, transport: _BoundedTCP) -> None:
+        self._service = service
+        self._init_guard(transport, service.max_payload_bytes)
+        self.admitted = False
+        self.refused: str | None = None
         self.last_keepalive = time.monotonic()  # the connection's start counts as one
         self.keepalive_interval = 0.0  # the client's, from its SETUP frame
+        self._probe: tuple[bytes, dict[_ServedStream, int]] | None = None
+        self._probe_waiting: set[_ServedStream] = set()
+        self._probes_sent = 0
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(SETUP_TIMEOUT, self._setup_overdue)
+        super().__init__(transport, handler_factory=lambda: _ServeHandler(service))
 
-    async def handle_setup(self, frame: Any) -> None:
+    # -- admission -------------------------------------------------------------------------
+
+    def _setup_overdue(self) -> None:
+        if not self.admitted:
+            why = self.refused or f"no SETUP frame within {SETUP_TIMEOUT:g} s"
+            self.disconnect(f"refused: {why}")
+
+    def _violated(self, reason: str) -> None:
+        self._deadline.cancel()
+        if self.admitted:
+            log.warning("RSocket service on %s: cut off %s: %s", self._service.address,
+                        self.guard_transport.peer, reason)
+
+    async def _handle_next_frame(self, frame: Any, handlers: Any) -> None:
+        if not self.admitted:
+            if self.refused is None:
+                self._admit(frame)
+            if not self.admitted:
+                return  # before the SETUP was accepted, nothing is handled
+        await super()._handle_next_frame(frame, handlers)
+
+    def _admit(self, frame: Any) -> None:
+        service = self._service
+        if not isinstance(frame, _frame.SetupFrame):
+            self.refuse(_error_codes.ErrorCode.INVALID_SETUP,
+                        f"the first frame must be SETUP, not {type(frame).__name__}")
+            return
+        if service.token is not None:
+            presented = _bearer_token(frame.metadata or b"") if (
+                bytes(frame.metadata_encoding or b"") == COMPOSITE_METADATA.value.name) else None
+            if presented is None:
+                self.refuse(_error_codes.ErrorCode.REJECTED_SETUP,
+                            "the token was refused: none was presented (this service asks "
+                            "for a bearer token in the SETUP frame's composite metadata, "
+                            "message/x.rsocket.authentication.v0)")
+                return
+            if not hmac.compare_digest(presented, service.token.encode("utf-8")):
+                self.refuse(_error_codes.ErrorCode.REJECTED_SETUP,
+                            "the token was refused: it is not this service's token")
+                return
+        admitted = sum(1 for c in service._connections if c.admitted)
+        if admitted >= service.max_connections:
+            self.refuse(_error_codes.ErrorCode.REJECTED_SETUP,
+                        f"too many connections: this service takes at most "
+                        f"{service.max_connections} at once (max_connections)")
+            return
+        self.admitted = True
+        self._deadline.cancel()
         self.keepalive_interval = (frame.keep_alive_milliseconds or 0) / 1000
-        await super().handle_setup(frame)
+        self.guard_transport.limit = service.max_payload_bytes + _FRAME_HEADERS
+
+    def refuse(self, code: Any, why: str) -> None:
+        """Answer with an ERROR frame on stream 0, then half-close and read nothing more:
+        the peer sees the ERROR and then the end of the connection."""
+        self.refused = why
+        self._service.connections_refused += 1
+        log.warning("RSocket service on %s: refused a connection from %s: %s",
+                    self._service.address, self.guard_transport.peer, why)
+        frame = _frame.ErrorFrame()
+        frame.stream_id = 0
+        frame.error_code = code
+        frame.data = why.encode("utf-8")
+        written = asyncio.get_running_loop().create_future()
+        written.add_done_callback(lambda _: self.guard_transport.write_eof())
+        frame.sent_future = written
+        _BaseServer.send_frame(self, frame)  # not counted: the last frame it sends
+        self.guard_transport.discarding = True
+        self._deadline.cancel()
+        self._deadline = asyncio.get_running_loop().call_later(_REFUSED_LINGER_S,
+                                                               self._setup_overdue)
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def handle_request_stream(self, frame: Any) -> None:
+        limit = self._service.max_streams
+        if len(self._stream_control._streams) >= limit:
+            if frame.stream_id not in self._stream_control._streams:
+                self.send_error(frame.stream_id, RuntimeError(
+                    f"too many streams: this service serves at most {limit} at once on one "
+                    "connection (max_streams)"))
+            return
+        await super().handle_request_stream(frame)
 
     async def handle_keep_alive(self, frame: Any) -> None:
         self.last_keepalive = time.monotonic()
+        probe = self._probe
+        if probe is not None and not frame.flags_respond and bytes(frame.data or b"") == probe[0]:
+            # The answer to a probe: the client's RSocket library read every frame written
+            # before it, so each stream's payloads queued before it reached the client.
+            self._probe = None
+            for stream, handed in probe[1].items():
+                stream.received(handed)
+            if self._probe_waiting:
+                self._send_probe()
+            return
         await super().handle_keep_alive(frame)
+
+    def probe(self, stream: _ServedStream) -> None:
+        """Ask the client to answer a KEEPALIVE sent after ``stream``'s payloads so far."""
+        self._probe_waiting.add(stream)
+        if self._probe is None:
+            self._send_probe()
+
+    def _send_probe(self) -> None:
+        self._probes_sent += 1
+        data = _PROBE + str(self._probes_sent).encode()
+        self._probe = (data, {s: s.handed for s in self._probe_waiting})
+        self._probe_waiting.clear()
+        self.send_frame(_frames.to_keepalive_frame(data))
 
 
 class _ServeHandler(_BaseRequestHandler):  # type: ignore[misc]
@@ -959,7 +1564,7 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
         self._asked = 0  # remote demand in total (UNBOUNDED once unbounded)
         self._forwarded = 0  # requested from the local subscription in total
         self._received = 0  # elements the local publisher signalled
-        self._handed = 0  # elements handed to the connection's send queue
+        self.handed = 0  # elements handed to the connection's send queue (loop thread)
         # Elements whose PAYLOAD frame is written to the socket (its sent future is done):
         # rsocket-py's send queue is unbounded, so only these free room under the prefetch.
         self._written = 0
@@ -969,6 +1574,11 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
         self._ready: collections.deque[Any] = collections.deque()
         self._terminal: Terminal | None = None
         self._flush_pending = False
+        # The publisher's subscription's confirm(count), when it counts an element as
+        # taken only once confirmed (interface of ForeachBatchPublisher): the count the
+        # client is known to have received is confirmed as probes come back.
+        self._confirm: Callable[[int], None] | None = None
+        self._confirmed = 0  # loop thread
         # Worker only:
         self._subscription: Subscription | None = None
         self._started = False
@@ -1036,6 +1646,14 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
         if self._subscription is not None:
             subscription.cancel()  # §2.5
             return
+        defer = getattr(subscription, "defer_confirmation", None)
+        confirm = getattr(subscription, "confirm", None)
+        if callable(defer) and callable(confirm):
+            # Before the first request: an element written to the socket is not yet
+            # received (the client may die with it unread), so only a probe's answer
+            # confirms it.
+            defer()
+            self._confirm = confirm
         self._subscription = subscription
         self._schedule()
 
@@ -1098,7 +1716,7 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
             except Exception as error:
                 self._remote_done = True
                 remote.on_error(RuntimeError(
-                    f"element #{self._handed + 1} could not be encoded: "
+                    f"element #{self.handed + 1} could not be encoded: "
                     f"{type(error).__name__}: {error}"))
                 with self._lock:
                     self._cancel = True
@@ -1110,7 +1728,7 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
             frame.sent_future = self._loop.create_future()
             frame.sent_future.add_done_callback(self._sent)
             remote.socket.send_frame(frame)
-            self._handed += 1
+            self.handed += 1
         if terminal is not None:
             self._remote_done = True
             if terminal is COMPLETE:
@@ -1124,10 +1742,28 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
         # that requests go to the local subscription in steps, not one per payload.
         with self._lock:
             self._written += 1
+            written = self._written
             refill = (not self._refill_scheduled and self._asked > self._forwarded
                       and self._forwarded - self._written <= self._service.prefetch // 2)
             if refill:
                 self._refill_scheduled = True
         if refill:
             self._schedule()
+        if self._confirm is not None and written == self.handed and written > self._confirmed:
+            # Everything handed over is on the socket: ask the client to say it has read it.
+            probe = getattr(self.remote.socket, "probe", None)
+            if probe is not None:
+                probe(self)
+
+    def received(self, count: int) -> None:
+        """The client has read this stream's first ``count`` payloads (a probe came back;
+        loop thread)."""
+        confirm = self._confirm
+        if confirm is not None and count > self._confirmed:
+            self._confirmed = count
+            try:
+                confirm(count)
+            except Exception:
+                log.warning("confirming %d elements to the served publisher failed", count,
+                            exc_info=True)
 
