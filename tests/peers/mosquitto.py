@@ -59,10 +59,15 @@ class Broker:
     tls : bool
         Also listen on ``tls_port`` with TLS: a certificate for 127.0.0.1 signed by a
         certificate authority made for the broker, whose certificate is ``ca_file``.
+    config : str, optional
+        Run this mosquitto.conf instead of the tests' own (for a configuration a user is
+        told to use, such as the README's): its ``listener`` line is given ``port`` on
+        127.0.0.1, and nothing else changes (no ``closed_port``, no TLS listener). As root
+        mosquitto then runs as the user "mosquitto", so the config must not name files.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None,
-                 tls: bool = False) -> None:
+                 tls: bool = False, config: str | None = None) -> None:
         self._own_dir = directory is None
         self.dir = Path(directory if directory is not None
                         else tempfile.mkdtemp(prefix="mosquitto-"))
@@ -71,6 +76,7 @@ class Broker:
         self.tls_port = free_port() if tls else None
         self.ca_file = self.dir / "ca.crt"
         self.host = "127.0.0.1"
+        self.config = config
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -79,10 +85,12 @@ class Broker:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def start(self, timeout: float = 10.0) -> Broker:
+        config = self.dir / "mosquitto.conf"
+        if self.config is not None:
+            return self._start(config, self._given_config(), timeout, (self.port,))
         acl = self.dir / "acl"
         acl.write_text("topic deny forbidden/#\ntopic readwrite #\n")
-        config = self.dir / "mosquitto.conf"
-        config.write_text("\n".join([
+        return self._start(config, "\n".join([
             # Run as whoever started it (as root, mosquitto would become "mosquitto",
             # which cannot read this directory).
             f"user {getpass.getuser()}",
@@ -101,7 +109,20 @@ class Broker:
             f"log_dest file {self.dir / 'mosquitto.log'}",
             "log_type error", "log_type warning", "log_type notice", "log_type information",
             "",
-        ]))
+        ]), timeout, (self.port, self.closed_port, self.tls_port))
+
+    def _given_config(self) -> str:
+        assert self.config is not None
+        lines = self.config.splitlines()
+        listeners = [i for i, line in enumerate(lines) if line.split()[:1] == ["listener"]]
+        if len(listeners) != 1:
+            raise ValueError(f"the config has {len(listeners)} listener lines, not one")
+        lines[listeners[0]] = f"listener {self.port} {self.host}"
+        return "\n".join(lines) + "\n"
+
+    def _start(self, config: Path, text: str, timeout: float,
+               ports: tuple[int | None, ...]) -> Broker:
+        config.write_text(text)
         self.process = subprocess.Popen([MOSQUITTO, "-c", str(config)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
@@ -112,7 +133,7 @@ class Broker:
                 raise RuntimeError(f"mosquitto exited with {self.process.returncode}: "
                                    f"{error}\n{self.log}")
             try:
-                for port in (self.port, self.closed_port, self.tls_port):
+                for port in ports:
                     if port is None:
                         continue
                     socket.create_connection((self.host, port), timeout=0.5).close()
