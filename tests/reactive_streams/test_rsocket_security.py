@@ -1,0 +1,421 @@
+"""The RSocket adapter against hostile and careless peers on 127.0.0.1: raw RSocket frames
+written here with the standard library, where no RSocket library would misbehave so.
+
+serve() refuses a connection without its token (and serves others on), drops fragments of
+streams never opened, cuts a peer that reads nothing and caps streams and connections;
+RSocketPublisher refuses a payload over its cap and one begun beyond its demand; a served
+stream confirms to a deferring subscription only what the client has read.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rs_support import Recorder
+from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient
+
+from reactive_streams import Publisher, RangePublisher, Subscriber, Subscription, collect
+from reactive_streams.adapters import rsocket as rsocket_adapter
+from reactive_streams.adapters.rsocket import RemoteStreamError, RSocketPublisher, serve
+
+# -- raw frames ----------------------------------------------------------------------------
+
+SETUP, KEEPALIVE, REQUEST_STREAM, PAYLOAD, ERROR = 0x01, 0x03, 0x06, 0x0A, 0x0B
+F_METADATA, F_FOLLOWS, F_COMPLETE, F_NEXT, F_RESPOND = 0x100, 0x80, 0x40, 0x20, 0x80
+COMPOSITE = b"message/x.rsocket.composite-metadata.v0"
+REJECTED_SETUP, INVALID_SETUP = 0x3, 0x1
+
+
+def frame(stream_id: int, kind: int, flags: int, body: bytes) -> bytes:
+    inner = struct.pack(">IH", stream_id, (kind << 10) | flags) + body
+    return struct.pack(">I", len(inner))[1:] + inner
+
+
+def bearer(token: str) -> bytes:
+    """Composite metadata with one authentication entry (well-known 0x7C) of type bearer
+    (well-known 0x01): what any RSocket library sends for a bearer token."""
+    content = bytes([0x80 | 0x01]) + token.encode()
+    return bytes([0x80 | 0x7C]) + len(content).to_bytes(3, "big") + content
+
+
+def setup(token: str | None = None) -> bytes:
+    body = struct.pack(">HHII", 1, 0, 20000, 90000)
+    body += bytes([len(COMPOSITE)]) + COMPOSITE + bytes([8]) + b"text/raw"
+    if token is None:
+        return frame(0, SETUP, 0, body)
+    metadata = bearer(token)
+    return frame(0, SETUP, F_METADATA, body + len(metadata).to_bytes(3, "big") + metadata)
+
+
+def request_stream(stream_id: int, n: int) -> bytes:
+    return frame(stream_id, REQUEST_STREAM, 0, struct.pack(">I", n))
+
+
+def payload(stream_id: int, data: bytes, follows: bool = False) -> bytes:
+    return frame(stream_id, PAYLOAD, F_NEXT | (F_FOLLOWS if follows else 0), data)
+
+
+def keepalive(data: bytes = b"", respond: bool = True) -> bytes:
+    return frame(0, KEEPALIVE, F_RESPOND if respond else 0, struct.pack(">Q", 0) + data)
+
+
+class RawPeer:
+    """One TCP connection speaking raw frames: ``send`` bytes, ``next()`` a whole frame as
+    (stream id, type, flags, body)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sock.settimeout(30)
+        self._buffer = b""
+
+    @classmethod
+    def connect(cls, port: int, receive_buffer: int | None = None) -> RawPeer:
+        sock = socket.socket()
+        if receive_buffer is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.connect(("127.0.0.1", port))
+        return cls(sock)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _need(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise EOFError("the peer closed the connection")
+            self._buffer += chunk
+        out, self._buffer = self._buffer[:n], self._buffer[n:]
+        return out
+
+    def next(self) -> tuple[int, int, int, bytes]:
+        length = struct.unpack(">I", b"\0" + self._need(3))[0]
+        inner = self._need(length)
+        stream_id, kind = struct.unpack(">IH", inner[:6])
+        return stream_id, kind >> 10, kind & 0x3FF, inner[6:]
+
+    def next_of(self, kind: int) -> tuple[int, int, bytes]:
+        while True:
+            stream_id, got, flags, body = self.next()
+            if got == kind:
+                return stream_id, flags, body
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def error_of(body: bytes) -> tuple[int, str]:
+    return struct.unpack(">I", body[:4])[0], body[4:].decode()
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait for ``condition()`` (looked at every 20 ms): for state of the service's event
+    loop that signals nothing a test could wait on."""
+    pause = threading.Event()  # never set
+    for _ in range(int(timeout / 0.02)):
+        if condition():
+            return
+        pause.wait(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def encode(i: int) -> bytes:
+    return str(i).encode()
+
+
+@pytest.fixture
+def numbers() -> Iterator[Any]:
+    with serve(RangePublisher(0, 10**9), encode=encode) as service:
+        yield service
+
+
+# -- authentication ------------------------------------------------------------------------
+
+
+def test_without_or_with_a_wrong_token_the_connection_is_refused_and_others_are_served(
+        numbers: Any) -> None:
+    assert numbers.token and numbers.token not in repr(numbers)
+    # A raw client with no credentials, or a wrong token: an ERROR frame on stream 0 that
+    # says why, no payload, then the end of the connection.
+    for credentials, why in ((None, "none was presented"),
+                             ("guess", "it is not this service's token")):
+        peer = RawPeer.connect(numbers.port)
+        peer.send(setup(credentials) + request_stream(1, 5))
+        stream_id, kind, _, body = peer.next()
+        assert (stream_id, kind) == (0, ERROR)
+        assert error_of(body) == (REJECTED_SETUP, f"the token was refused: {why}" + (
+            " (this service asks for a bearer token in the SETUP frame's composite "
+            "metadata, message/x.rsocket.authentication.v0)" if credentials is None else ""))
+        with pytest.raises(EOFError):
+            peer.next()
+        peer.close()
+    # A first frame other than SETUP.
+    peer = RawPeer.connect(numbers.port)
+    peer.send(request_stream(1, 5))
+    assert error_of(peer.next_of(ERROR)[2]) == (
+        INVALID_SETUP, "the first frame must be SETUP, not RequestStreamFrame")
+    peer.close()
+    # Our client, with no token and with a wrong one: a clear error naming the server.
+    with pytest.raises(RemoteStreamError, match=(
+            rf"^RSocket request-stream from 127\.0\.0\.1:{numbers.port} \(no route\): the "
+            r"server refused the connection: REJECTED_SETUP: the token was refused: none was "
+            r"presented .*; no token was given: pass the service's token \(token=\.\.\.\)$")):
+        collect(RSocketPublisher("127.0.0.1", numbers.port), timeout=10)
+    with pytest.raises(RemoteStreamError, match=(
+            r"the server refused the connection: REJECTED_SETUP: the token was refused: it is "
+            r"not this service's token$")) as refused:
+        collect(RSocketPublisher("127.0.0.1", numbers.port, token="guess" * 9), timeout=10)
+    assert "guess" not in str(refused.value)
+    # The service serves on, to a client with its token.
+    ranged = serve(lambda request: RangePublisher(0, 3), encode=encode, token="our secret")
+    with ranged:
+        assert collect(RSocketPublisher("127.0.0.1", ranged.port, decode=int,
+                                        token="our secret"), timeout=10) == [0, 1, 2]
+    peer = RawPeer.connect(numbers.port)
+    peer.send(setup(numbers.token) + request_stream(1, 3))
+    assert [peer.next_of(PAYLOAD)[2] for _ in range(3)] == [b"0", b"1", b"2"]
+    peer.close()
+    assert numbers.connections_refused == 5
+
+
+def test_the_opt_out_serves_anyone_and_arguments_are_checked() -> None:
+    with serve(RangePublisher(0, 2), encode=encode, authenticate=False) as service:
+        assert service.token is None
+        assert collect(RSocketPublisher("127.0.0.1", service.port, decode=int),
+                       timeout=10) == [0, 1]
+    for arguments, error, message in [
+            ({"authenticate": False, "token": "t"}, ValueError, "authenticate=False serves "
+             "anyone, asking for no token: give token or authenticate=False, not both"),
+            ({"authenticate": 0}, TypeError, "authenticate=0 is not accepted"),
+            ({"token": ""}, TypeError, "token of type str is not accepted: a non-empty str"),
+            ({"token": "x" * 4097}, ValueError, "a token of 4097 bytes is not accepted"),
+            ({"max_payload_bytes": 0}, ValueError, "max_payload_bytes=0 is not accepted"),
+            ({"max_connections": 0}, ValueError, "max_connections=0 is not accepted"),
+            ({"max_streams": "2"}, ValueError, "max_streams='2' is not accepted")]:
+        with pytest.raises(error, match=f"^serve: {message}"):
+            serve(RangePublisher(0, 1), **arguments)
+    with pytest.raises(TypeError, match="^RSocketPublisher: token of type bytes"):
+        RSocketPublisher("127.0.0.1", 1, token=b"t")  # type: ignore[arg-type]
+    assert "hidden" not in repr(RSocketPublisher("127.0.0.1", 1, token="hidden"))
+
+
+# -- bounded memory ------------------------------------------------------------------------
+
+
+def test_fragments_of_a_stream_never_opened_are_dropped_with_flat_memory(numbers: Any) -> None:
+    peer = RawPeer.connect(numbers.port)
+    peer.send(setup(numbers.token))
+    piece = payload(1, b"A" * (1 << 20), follows=True)
+    before = rss_mib()
+    for _ in range(64):  # 64 MiB of one payload's fragments, on a stream never opened
+        peer.send(piece)
+    # The answer to this KEEPALIVE comes once every fragment before it was handled.
+    peer.send(keepalive(b"after the fragments"))
+    assert peer.next_of(KEEPALIVE)[2][8:] == b"after the fragments"
+    grown = rss_mib() - before
+    [connection] = numbers._connections
+    assert connection.frames_dropped == 64 and connection.peak_buffered == 0
+    assert grown < 24, f"the service grew by {grown:.0f} MiB for 64 MiB of fragments"
+    # The connection still serves.
+    peer.send(request_stream(3, 2))
+    assert [peer.next_of(PAYLOAD)[2] for _ in range(2)] == [b"0", b"1"]
+    peer.close()
+
+
+class HostileServer:
+    """Accepts one connection, reads the client's SETUP and REQUEST_STREAM, then lets
+    ``answer(peer, stream_id, n)`` write what it likes."""
+
+    def __init__(self, answer: Callable[[RawPeer, int, int], None]) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.sent = 0
+        self.stopped: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(answer,), daemon=True)
+        self._thread.start()
+
+    def _run(self, answer: Callable[[RawPeer, int, int], None]) -> None:
+        sock, _ = self._listener.accept()
+        peer = RawPeer(sock)
+        try:
+            stream_id, _, body = peer.next_of(REQUEST_STREAM)
+            answer(peer, stream_id, struct.unpack(">I", body[:4])[0])
+            peer.next()  # until the client closes the connection
+        except (OSError, EOFError) as error:
+            self.stopped = error
+        finally:
+            peer.close()
+            self._listener.close()
+
+    def join(self) -> None:
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    # One payload in endless 256 KiB fragments, against a cap of 1 MiB.
+    (lambda peer, stream, n: [peer.send(payload(stream, bytes(1 << 18), follows=True))
+                              for _ in range(64)],
+     "connection cut: the peer sent more than max_payload_bytes=1048576 bytes of fragmented "
+     r"payload \(stream 1\): a payload that large is not taken"),
+    # One frame over the cap: refused from its header, before it is read.
+    (lambda peer, stream, n: peer.send(payload(stream, bytes(8 << 20))),
+     "connection cut: the peer sent a frame of 8388614 bytes, over the 1049600 taken "
+     r"\(max_payload_bytes=1048576\)"),
+    # The first fragment of a second payload, with a demand of 1.
+    (lambda peer, stream, n: peer.send(payload(stream, b"one") + payload(stream, b"tw", True)),
+     r"connection cut: the server sent payload #2 \(its first fragment\) beyond the demand "
+     r"it was given \(§1\.1\)"),
+])
+def test_the_client_fails_a_payload_over_its_cap_or_beyond_its_demand_clearly(
+        answer: Callable[[RawPeer, int, int], None], message: str) -> None:
+    server = HostileServer(answer)
+    recorder = Recorder(initial=1)
+    before = rss_mib()
+    RSocketPublisher("127.0.0.1", server.port, max_payload_bytes=1 << 20).subscribe(recorder)
+    recorder.wait_done()
+    grown = rss_mib() - before
+    server.join()
+    assert len(recorder.errors) == 1, recorder.errors
+    assert isinstance(recorder.errors[0], RemoteStreamError)
+    assert re.search(f"^RSocket request-stream from 127\\.0\\.0\\.1:{server.port} \\(no "
+                     f"route\\): {message}$", str(recorder.errors[0])), recorder.errors[0]
+    assert recorder.elements == ([b"one"] if "#2" in message else [])
+    assert grown < 12, f"the client grew by {grown:.0f} MiB"
+
+
+def test_a_peer_that_reads_nothing_is_cut_off(numbers: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rsocket_adapter, "MAX_QUEUED_FRAMES", 64)
+    peer = RawPeer.connect(numbers.port, receive_buffer=4096)
+    peer.send(setup(numbers.token))
+    block = keepalive() * 10_000
+    sent, cut = 0, None
+    try:
+        # Until the kernel's buffers are full of answers, then 64 more queued: the
+        # connection goes (4 MiB of send buffer at most hold ~190,000 answers).
+        while sent < 2_000_000:
+            peer.send(block)
+            sent += 10_000
+    except OSError as error:
+        cut = error
+    assert cut is not None, f"still connected after {sent} KEEPALIVE frames left unanswered"
+    peer.close()
+    wait_until(lambda: not numbers._connections, "the connection's end")
+
+
+def test_streams_per_connection_and_connections_per_service_are_capped() -> None:
+    with serve(RangePublisher(0, 10**9), encode=encode, max_connections=2,
+               max_streams=2) as service:
+        peer = RawPeer.connect(service.port)
+        peer.send(setup(service.token) + request_stream(1, 1) + request_stream(3, 1)
+                  + request_stream(5, 1))
+        seen: dict[int, Any] = {}
+        while len(seen) < 3:
+            stream_id, kind, _, body = peer.next()
+            seen[stream_id] = error_of(body) if kind == ERROR else body
+        assert seen == {1: b"0", 3: b"0", 5: (0x201, "too many streams: this service serves "
+                                                     "at most 2 at once on one connection "
+                                                     "(max_streams)")}
+        with PlainClient(service.port, token=service.token):
+            with pytest.raises(RemoteStreamError, match=(
+                    "the server refused the connection: REJECTED_SETUP: too many connections: "
+                    r"this service takes at most 2 at once \(max_connections\)$")):
+                collect(RSocketPublisher("127.0.0.1", service.port, token=service.token),
+                        timeout=10)
+        peer.close()
+
+
+# -- honest delivery -----------------------------------------------------------------------
+
+
+class Deferring(Publisher[bytes]):
+    """Numbered payloads whose subscription counts an element as taken only once confirmed
+    (the interface of ForeachBatchPublisher): it records every confirm(count)."""
+
+    def __init__(self, count: int) -> None:
+        self._inner = RangePublisher(0, count)
+        self.deferred = threading.Event()
+        self.confirmed = 0
+        self.cancelled = threading.Event()
+        self.changed = threading.Condition()
+
+    def subscribe(self, subscriber: Subscriber[bytes]) -> None:
+        self._inner.subscribe(_Confirming(self, subscriber))
+
+
+class _Confirming(Subscriber[int], Subscription):
+    def __init__(self, outer: Deferring, downstream: Subscriber[bytes]) -> None:
+        self._outer, self._downstream = outer, downstream
+        self._upstream: Subscription | None = None
+        self._signalled = 0
+
+    def defer_confirmation(self) -> None:
+        assert self._upstream is not None and self._signalled == 0
+        self._outer.deferred.set()
+
+    def confirm(self, count: int) -> None:
+        assert count <= self._signalled, f"confirmed {count} of {self._signalled} signalled"
+        with self._outer.changed:
+            self._outer.confirmed = max(self._outer.confirmed, count)
+            self._outer.changed.notify_all()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self._upstream = subscription
+        self._downstream.on_subscribe(self)
+
+    def on_next(self, element: int) -> None:
+        self._signalled += 1
+        self._downstream.on_next(encode(element))
+
+    def on_error(self, error: BaseException) -> None:
+        self._downstream.on_error(error)
+
+    def on_complete(self) -> None:
+        self._downstream.on_complete()
+
+    def request(self, n: int) -> None:
+        assert self._upstream is not None
+        self._upstream.request(n)
+
+    def cancel(self) -> None:
+        self._outer.cancelled.set()
+        assert self._upstream is not None
+        self._upstream.cancel()
+
+
+def test_a_served_stream_confirms_only_what_the_client_has_read() -> None:
+    # A client that takes everything: every row is confirmed, by the answer to a KEEPALIVE
+    # sent after the rows (an RSocket client answers only once it read what came before).
+    rows = Deferring(3000)
+    with serve(rows) as service, PlainClient(service.port, token=service.token) as client:
+        client.request_stream(UNBOUNDED_REQUEST_N)
+        client.wait_end()
+        with rows.changed:
+            assert rows.changed.wait_for(lambda: rows.confirmed == 3000, 30), rows.confirmed
+    assert rows.deferred.is_set()
+    # A client that asks for everything, reads 10 rows and dies: nothing is confirmed,
+    # although the server wrote far more than 10 to its socket.
+    rows = Deferring(20_000)
+    with serve(rows) as service:
+        peer = RawPeer.connect(service.port, receive_buffer=1 << 16)
+        peer.send(setup(service.token) + request_stream(1, UNBOUNDED_REQUEST_N))
+        for _ in range(10):
+            peer.next_of(PAYLOAD)
+        peer.close()
+        assert rows.cancelled.wait(30)
+    assert rows.confirmed == 0
