@@ -139,6 +139,7 @@ class WebSocketServer:
         self.connections = 0
         self.sent_by_connection: list[int] = []  # completed sends of each, in order
         self.request_headers: list[dict[str, str]] = []
+        self.request_paths: list[str] = []  # as requested, with the query string
         # Connection number -> (code, reason) of the close frame the client sent (None, None
         # when it sent none) while the server was still sending.
         self.closed_by_client: dict[int, tuple[int | None, str | None]] = {}
@@ -246,11 +247,14 @@ class WebSocketServer:
     def _process_request(self, connection: ServerConnection, request: Any) -> Any:
         with self._changed:
             self.request_headers.append({k: v for k, v in request.headers.raw_items()})
-        if request.path == "/reject":
+            self.request_paths.append(request.path)
+        # A query string (?access_token=...) is the client's business: it is left out.
+        path = request.path.partition("?")[0]
+        if path == "/reject":
             return connection.respond(http.HTTPStatus.FORBIDDEN, "no entry for this test\n")
-        if request.path.startswith("/redirect/"):
+        if path.startswith("/redirect/"):
             response = connection.respond(http.HTTPStatus.FOUND, "")
-            response.headers["Location"] = request.path.removeprefix("/redirect")
+            response.headers["Location"] = path.removeprefix("/redirect")
             return response
         return None
 
@@ -264,7 +268,7 @@ class WebSocketServer:
         if self.send_buffer is not None:
             sock = connection.transport.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
-        parts = connection.request.path.strip("/").split("/")
+        parts = connection.request.path.partition("?")[0].strip("/").split("/")
         try:
             if parts[0] == "raw":
                 await connection.send(self.raw[int(parts[1])])

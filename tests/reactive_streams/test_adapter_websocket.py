@@ -5,7 +5,11 @@ formats, and every way a connection ends.
 
 from __future__ import annotations
 
+import base64
+import logging
 import threading
+import traceback
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -340,3 +344,91 @@ def test_bad_arguments_are_refused_when_the_publisher_is_made(arguments: dict[st
         WebSocketPublisher(url, **arguments)
     assert message in str(failure.value)
 
+
+
+# -- credentials (issue 19, finding 7) ---------------------------------------------------------
+
+PASSWORD, TOKEN, HEADER = "S3cretPw", "TOK123", "HDR456"
+
+
+def _with_credentials(url: str, path: str) -> str:
+    # ws://127.0.0.1:port -> ws://alice:S3cretPw@127.0.0.1:port<path>?access_token=TOK123
+    return url.replace("://", f"://alice:{PASSWORD}@", 1) + f"{path}?access_token={TOKEN}"
+
+
+def _secrets_in(text: str) -> list[str]:
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()  # websockets' Basic auth
+    return [secret for secret in (PASSWORD, TOKEN, HEADER, basic) if secret in text]
+
+
+def test_credentials_reach_the_server_but_no_log_repr_or_thread_name(
+        server: WebSocketServer, caplog: pytest.LogCaptureFixture) -> None:
+    url = _with_credentials(server.url, "/count/2")
+    seen = len(server.request_paths)
+    publisher = WebSocketPublisher(url, headers={"X-Api-Key": HEADER})
+    with caplog.at_level(logging.DEBUG):  # websockets logs the whole handshake at DEBUG
+        recorder = _subscribe(url, headers={"X-Api-Key": HEADER})
+        server.wait_connections(server.connections, timeout=10)
+        # The subscription's thread lives until the stream ends: nothing requested yet.
+        names = [thread.name for thread in threading.enumerate()]
+        recorder.request(10)
+        assert recorder.done.wait(10)
+    assert recorder.elements == [text_message(i, SIZE) for i in range(2)]
+    # The credentials were sent (else this test could not fail)...
+    assert server.request_paths[seen] == f"/count/2?access_token={TOKEN}"
+    assert server.request_headers[seen]["X-Api-Key"] == HEADER
+    assert server.request_headers[seen]["Authorization"].startswith("Basic ")
+    # ...and logged nowhere, though the handshake was (the test server's own log, which
+    # shows what it received, is left out).
+    logged = "\n".join(record.getMessage() for record in caplog.records
+                       if not record.name.startswith("websockets.server"))
+    assert "> GET /count/2?*** HTTP/1.1" in logged
+    assert "> X-Api-Key: ***" in logged and "> Authorization: ***" in logged
+    assert _secrets_in(logged) == []
+    assert "websocket-publisher" in names
+    assert _secrets_in(" ".join(names)) == []
+    assert repr(publisher) == (f"WebSocketPublisher('ws://***@127.0.0.1:{server.port}"
+                               "/count/2?***', format='text')")
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    ("/close/1011/1", "ws://***@"), ("/reject", "could not connect to ws://***@"),
+    ("unreachable", "could not connect to ws://***@"),
+    ("/raw/2", "message 1 from ws://***@"),
+    # The library's error names the URL it was redirected to, credentials and all.
+    ("/redirect/count/2", "could not connect to ws://***@"),
+])
+def test_errors_show_the_url_without_credentials(server: WebSocketServer, where: str,
+                                                 expected: str) -> None:
+    if where == "unreachable":
+        with WebSocketServer() as gone:
+            url = _with_credentials(gone.url, "/count/1")
+    else:
+        url = _with_credentials(server.url, where)
+    # /raw/2 is a message that is not JSON.
+    recorder = _subscribe(url, format="json" if where == "/raw/2" else "text",
+                          receive_buffer=BUFFER if "redirect" in where else None)
+    recorder.request(10)
+    assert recorder.done.wait(10)
+    [error] = recorder.errors
+    assert str(error).startswith(f"websocket publisher: {expected}"), str(error)
+    # Nor in the causes, which Spark shows too.
+    told = "".join(traceback.format_exception(error))
+    assert _secrets_in(told) == [], told
+    path = where if where.startswith("/") else "/count/1"
+    assert f"ws://***@127.0.0.1:{urllib.parse.urlsplit(url).port}{path}?***" in str(error)
+
+
+def test_a_failed_connection_says_what_failed_first_with_the_librarys_error_as_cause() -> None:
+    with WebSocketServer() as gone:
+        url = gone.url + "/count/1"
+    recorder = _subscribe(url)
+    assert recorder.done.wait(10)
+    [error] = recorder.errors
+    assert str(error).startswith(f"websocket publisher: could not connect to {url}: "
+                                 "ConnectionRefusedError")
+    # The library's error, with its traceback, is the cause.
+    assert isinstance(error.__cause__, ConnectionRefusedError)
+    assert error.__cause__.__traceback__ is not None
+    # The URL appears in no thread's name, so none is left behind under it either.
+    assert not any(url in thread.name for thread in threading.enumerate())

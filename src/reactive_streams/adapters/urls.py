@@ -8,6 +8,7 @@ exception, a repr or a thread name.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 __all__ = ["HIDDEN", "redact_url", "redact_url_in"]
@@ -69,14 +70,15 @@ def redact_url_in(text: str, url: str) -> str:
 
     Examples
     --------
-    >>> url = "ws://u:pw@h/x?token=abc"
-    >>> redact_url_in(f"{url} isn't valid; query token=abc", url)
-    "ws://***@h/x?*** isn't valid; query ***"
+    >>> url = "ws://u:pw@h/x?token=abc#frag"
+    >>> redact_url_in(f"{url} isn't valid: fragment; query token=abc, password pw", url)
+    "ws://***@h/x?*** isn't valid: fragment; query ***, password ***"
     """
     shown = redact_url(url)
     text = text.replace(url, shown)
     for part in _hidden_parts(url):
-        text = text.replace(part, HIDDEN)
+        # Where it stands alone: a fragment "frag" is no reason to blot out "fragment".
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(part)}(?![A-Za-z0-9])", HIDDEN, text)
     return text
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 import socket
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -19,7 +20,7 @@ from ..api import Publisher, Subscriber
 from ..runners import LoopRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
-from .urls import redact_url, redact_url_in
+from .urls import HIDDEN, redact_url, redact_url_in
 
 _client = require("websockets.asyncio.client", "websocket", "the websocket publisher")
 _exceptions = require("websockets.exceptions", "websocket", "the websocket publisher")
@@ -52,6 +53,10 @@ _TOKEN_CHARACTERS: Final = frozenset("!#$%&'*+-.^_`|~0123456789"
 
 # Largest number of characters of a message quoted in an error.
 _QUOTED: Final = 60
+
+# Headers whose values are credentials whoever sets them (websockets sends a URL's userinfo
+# as Authorization: Basic); the values of the headers given are hidden too.
+_CREDENTIAL_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 
 class WebSocketPublisher(Publisher[Any]):
@@ -282,6 +287,37 @@ def _decoder(format: str, fields: frozenset[str] | None = None) -> Callable[[byt
     return parse
 
 
+class _Redacted(Exception):
+    """Stands in for a library's error whose text shows credentials of the URL (a redirect
+    to it, say): the same traceback, the text without them."""
+
+    def __init__(self, error: BaseException, text: str) -> None:
+        super().__init__(f"{type(error).__module__}.{type(error).__qualname__}: {text}")
+        self.__traceback__ = error.__traceback__
+        self.__suppress_context__ = True
+
+
+class _HandshakeLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The library's logger (``websockets.client``) for one connection, with the
+    credentials taken out: at DEBUG it logs the request line, whose path holds the query
+    string, and every header of the handshake (Authorization, the headers given)."""
+
+    def __init__(self, publisher: WebSocketPublisher) -> None:
+        super().__init__(logging.getLogger("websockets.client"), {})
+        self._url = publisher.url
+        self._hidden = _CREDENTIAL_HEADERS | {name.lower() for name in publisher.headers}
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        if msg in ("> %s: %s", "< %s: %s") and len(args) == 2 and (
+                str(args[0]).lower() in self._hidden):
+            args = (args[0], HIDDEN)
+        args = tuple(redact_url_in(arg, self._url) if isinstance(arg, str) else arg
+                     for arg in args)
+        super().log(level, msg, *args, **kwargs)
+
+
 class _Feed(Source[Any]):
     """One connection's messages; every method runs on the subscription's loop thread."""
 
@@ -343,7 +379,8 @@ class _Feed(Source[Any]):
             why = redact_url_in(str(error), self._publisher.url)
             self._end(ConnectionError(
                 f"websocket publisher: could not connect to {url}: "
-                f"{type(error).__name__}: {why}{hint}"), error)
+                f"{type(error).__name__}: {why}{hint}"),
+                error if why == str(error) else _Redacted(error, why))
             return
         terminal: Terminal | None = None
         cause: BaseException | None = None
@@ -397,6 +434,7 @@ class _Feed(Source[Any]):
             max_queue=READ_AHEAD_FRAMES,
             max_size=publisher.max_message_bytes,
             close_timeout=CLOSE_TIMEOUT_S,
+            logger=_HandshakeLogger(publisher),
             **options)
         limit_reads = getattr(connection.transport, "set_read_buffer_limits", None)
         if connection.transport.get_extra_info("sslcontext") is not None and limit_reads:
