@@ -3,6 +3,8 @@ Spark's source runner (another process) connects to."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,8 @@ from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive.builtin_rsocket import rsocket_publisher
 from pyspark_reactive.options import OptionError
+from reactive_streams import IterablePublisher, collect
+from reactive_streams.adapters.rsocket import RemoteStreamError, serve
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source
 
@@ -79,3 +83,55 @@ def test_default_schemas_and_load_checks(spark: SparkSession) -> None:
     typed = reactive(spark, publisher="rsocket", host="127.0.0.1", port=1,
                      format="json").schema("id BIGINT").load()
     assert typed.schema.simpleString() == "struct<id:bigint>"
+
+
+SECRET = "the-service-token-0123456789"
+
+
+def test_the_token_option_reaches_a_service_that_asks_for_it_and_never_shows(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    with serve(IterablePublisher(lambda: (f"row {i}" for i in range(30))), token=SECRET) as ticks:
+        df = reactive(spark, publisher="rsocket", host="127.0.0.1", port=ticks.port,
+                      token=SECRET, format="text", maxRecordsPerTrigger=10).load()
+        plan = io.StringIO()
+        with contextlib.redirect_stdout(plan):
+            df.explain(True)
+        # Spark's default spark.redaction.regex names "token": the plan shows it redacted.
+        assert "token=*********(redacted)" in plan.getvalue()
+        assert SECRET not in plan.getvalue()
+        query, name = to_memory(df, queries, tmp_path, availableNow=True)
+        assert watch.wait_terminated(query) is None
+        assert sorted(row.value for row in spark.table(name).collect()) == sorted(
+            f"row {i}" for i in range(30))
+        assert SECRET not in str(query.lastProgress)
+        # A wrong token: refused, with an error that shows no token.
+        wrong = rsocket_publisher({"host": "127.0.0.1", "port": str(ticks.port),
+                                   "token": "not-" + SECRET})
+        with pytest.raises(RemoteStreamError, match="the server refused the connection: "
+                           "REJECTED_SETUP: the token was refused") as refused:
+            collect(wrong, timeout=10)
+        assert SECRET not in str(refused.value) and SECRET not in repr(wrong)
+
+
+def test_token_file_is_read_where_the_publisher_is_made(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    options = {"host": "127.0.0.1", "port": "1"}
+    made = rsocket_publisher({**options, "tokenFile": str(token_file)})
+    assert made._token == SECRET  # type: ignore[attr-defined]
+    for more, message in [
+            ({"tokenFile": str(token_file), "token": SECRET}, "either token or tokenFile"),
+            ({"tokenFile": "token"}, "it is a relative path"),
+            ({"tokenFile": str(tmp_path / "missing")}, "reading it failed: No such file"),
+            ({"token": " "}, "option token='(hidden)' is not accepted: a token of 1 to 4096"),
+            ({"maxPayloadBytes": "10"}, "option maxPayloadBytes='10' is not accepted")]:
+        with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")) \
+                as error:
+            rsocket_publisher({**options, **more})
+        assert SECRET not in str(error.value)
+    token_file.write_text("")
+    with pytest.raises(OptionError, match="it holds nothing"):
+        rsocket_publisher({**options, "tokenFile": str(token_file)})
+    limited = rsocket_publisher({**options, "maxPayloadBytes": "2048"})
+    assert limited.max_payload_bytes == 2048  # type: ignore[attr-defined]

@@ -25,7 +25,10 @@ from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive import publish
+from pyspark_reactive.builtin_rsocket import rsocket_publisher
 from pyspark_reactive.remote import expose, serve_publisher, to_json
+from reactive_streams import collect
+from reactive_streams.adapters.rsocket import RemoteStreamError, RSocketPublisher
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source
 
@@ -163,3 +166,20 @@ def test_a_row_with_two_columns_of_one_name_is_refused_not_halved() -> None:
         to_json(Row("id", "name", "id")(1, "a", 2))
     with pytest.raises(ValueError, match="more than one column named 'x'"):
         to_json({"outer": Row("x", "x")(1, 2)})
+
+
+def test_the_source_gets_the_token_through_a_private_file_never_through_the_options() -> None:
+    with expose(RecordingRange(3), token="exposed-secret") as exposed:
+        token_file = Path(exposed.options["tokenFile"])
+        assert exposed.service.token == "exposed-secret"
+        assert "exposed-secret" not in repr(exposed) and "exposed-secret" not in str(
+            exposed.options)
+        assert token_file.read_text() == "exposed-secret"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert token_file.parent.stat().st_mode & 0o777 == 0o700
+        # What the source's built-in rsocket makes from the options presents the token;
+        # without it, a client is refused.
+        with pytest.raises(RemoteStreamError, match="the token was refused: none"):
+            collect(RSocketPublisher("127.0.0.1", exposed.service.port), timeout=10)
+        assert collect(rsocket_publisher(exposed.options), timeout=10) == [0, 1, 2]
+    assert not token_file.parent.exists()
