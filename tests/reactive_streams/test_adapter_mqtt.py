@@ -418,8 +418,73 @@ def test_connect_carries_receive_maximum_and_the_session() -> None:
     properties, _ = Properties(PacketTypes.CONNECT).unpack(body[10:])
     assert properties.ReceiveMaximum == 321
     assert properties.SessionExpiryInterval == 77
+    # MQTT 5: the broker must not send this client a larger packet (finding 5 of issue 19).
+    assert properties.MaximumPacketSize == 2**20
     recorder.wait_done()
     assert recorder.errors and "127.0.0.1" in str(recorder.errors[0])
+
+
+def test_the_broker_discards_messages_over_max_message_bytes(
+        broker: mosquitto.Broker) -> None:
+    # Sent as the MQTT 5 Maximum Packet Size: the broker drops the larger message for
+    # this client (and says nothing); without it, the 2,000 bytes would come first.
+    topic = _topic("size")
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        broker.host, topic, port=broker.port, max_message_bytes=1024)
+    recorder = Recorder(initial=10)
+    _subscribed(publisher, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [b"x" * 2000, b"small"])
+    recorder.wait_for_elements(1)
+    assert [m.payload for m in recorder.elements] == [b"small"]
+    recorder.cancel()
+    assert not recorder.errors and not recorder.violations
+
+
+def test_reads_at_most_max_buffered_bytes_beyond_demand(broker: mosquitto.Broker) -> None:
+    topic = _topic("bytes")
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        broker.host, topic, port=broker.port, receive_maximum=100,
+        max_buffered_bytes=25_000)
+    recorder = Recorder()
+    _subscribed(publisher, recorder)
+    mosquitto.publish(broker.host, broker.port, topic, [b"%05d" % i + b"y" * 9995
+                                                        for i in range(10)])
+    # 10,000 bytes each: the third crosses the budget, and reading pauses there.
+    _received(publisher, 3)
+    time.sleep(NOTHING_MORE_S)  # watching for more than the bound: nothing may arrive
+    assert publisher.received == 3, f"read {publisher.received} x 10,000 bytes for 25,000"
+    recorder.request(10)
+    recorder.wait_for_elements(10)
+    assert [m.payload[:5] for m in recorder.elements] == [b"%05d" % i for i in range(10)]
+    recorder.cancel()
+    assert not recorder.errors and not recorder.violations
+
+
+def test_a_broker_sending_a_packet_over_the_limit_is_cut_off_before_its_body() -> None:
+    # A broker that ignores the Maximum Packet Size: paho would read the whole announced
+    # 200 MiB into memory; the client refuses the packet once its length is read.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+            "127.0.0.1", "t", port=server.getsockname()[1], max_message_bytes=4096)
+        recorder = Recorder(initial=1)
+        publisher.subscribe(recorder)
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(10)
+            assert _read_packet(conn)[0] >> 4 == 1  # CONNECT
+            conn.sendall(b"\x20\x03\x00\x00\x00")  # CONNACK: accepted, no properties
+            length, header = 200 << 20, bytearray(b"\x30")  # PUBLISH, QoS 0
+            while True:
+                length, digit = divmod(length, 128)
+                header.append(digit | (0x80 if length else 0))
+                if not length:
+                    break
+            conn.sendall(bytes(header) + b"\x00\x01t" + b"z" * 65536)
+            recorder.wait_done()
+    assert len(recorder.errors) == 1 and isinstance(recorder.errors[0], MqttError)
+    assert "a packet of more than 4096 bytes" in str(recorder.errors[0])
+    assert publisher.received == 0
 
 
 def test_retained_messages_and_the_message_record(broker: mosquitto.Broker) -> None:
