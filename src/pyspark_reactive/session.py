@@ -26,6 +26,8 @@ __all__ = ["local_connect_session", "local_session", "read_spark_defaults"]
 SPARK_DEFAULTS_FILE = "spark-defaults.conf"
 LOG4J_FILE = "log4j2.properties"
 _LOG4J_OPTION = "-Dlog4j2.configurationFile"
+# Where local_connect_session() may listen: this machine only, reached as "localhost".
+_LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 
 
 def local_session(
@@ -120,10 +122,21 @@ def local_connect_session(
     compute talks to its cluster. Needs the ``connect`` extra (``pip install
     'pyspark-reactive[connect]'``). The server lives as long as this process.
 
+    The endpoint asks every client for a token (``spark.connect.authenticate.token``), as
+    pyspark's own ``remote("local")`` server does: 127.0.0.1 is open to every user of the
+    machine, and a client of the server reads files and runs Python as you. The token is
+    random, 256 bits, made here for each server, and held only by the server and the
+    session returned (and the sessions made from it, such as ``newSession()``): it is not
+    put in the environment, logged or shown in an error. A token you choose is used instead
+    when ``conf`` holds ``spark.connect.authenticate.token`` or the environment variable
+    ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's own) is set, in that order.
+
     Parameters
     ----------
     app_name, master, conf, conf_dir
-        As for :func:`local_session`; ``conf`` applies to the server.
+        As for :func:`local_session`; ``conf`` applies to the server. The server listens on
+        loopback only: ``spark.connect.grpc.binding.address`` may be ``127.0.0.1`` (the
+        default), ``::1`` or ``localhost``.
 
     Returns
     -------
@@ -136,6 +149,17 @@ def local_connect_session(
         When the ``connect`` extra is not installed.
     RuntimeError
         When this process already runs a classic session, which would not serve Connect.
+    ValueError
+        When ``conf`` binds the endpoint to an address other machines reach (the server
+        has no TLS, so the token would cross the network in clear text), or gives an
+        empty token.
+
+    Notes
+    -----
+    To serve other machines, run a Connect server behind TLS (``start-connect-server.sh``
+    and a TLS-terminating proxy) and connect with ``SparkSession.builder.remote(...)``.
+    PySpark's own ``foreachBatch`` worker prints its connection URL, token included, to
+    the server's standard output (here, this process's): keep that output private.
     """
     if importlib.util.find_spec("grpc") is None:  # pyspark[connect] brings it
         raise ImportError("a Spark Connect session needs the connect extra: "
@@ -148,6 +172,15 @@ def local_connect_session(
         raise RuntimeError("local_connect_session: this process already runs a classic "
                            "SparkSession, and one process holds one Spark application; "
                            "stop it first, or use a new process")
+    conf = dict(conf or {})
+    address = conf.get("spark.connect.grpc.binding.address", "127.0.0.1")
+    if address not in _LOOPBACK_ADDRESSES:
+        raise ValueError(
+            f"local_connect_session: spark.connect.grpc.binding.address={address!r} is not "
+            "accepted: 127.0.0.1 (the default), ::1 or localhost. This server has "
+            "no TLS, so its token would cross the network in clear text; to serve other "
+            "machines, run a Connect server behind TLS and use SparkSession.builder.remote")
+    token = _connect_token(conf)
     with socket.socket() as probe:  # a free port on loopback for the Connect endpoint
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -159,14 +192,40 @@ def local_connect_session(
         "spark.sql.artifact.isolation.enabled": "true",
         "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
     }
-    local_session(app_name, master, {**server, **(conf or {})}, conf_dir=conf_dir)
+    # The token last: a server that asks for none is never started from here.
+    local_session(app_name, master,
+                  {**server, **conf, "spark.connect.authenticate.token": token},
+                  conf_dir=conf_dir)
     # pyspark.sql.functions and friends build Connect columns only in Connect mode, which
     # the classic server in this process would otherwise hide (pyspark's own local
     # Connect server sets this too).
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    # "localhost", not 127.0.0.1: pyspark sends a token over a plain (local) channel only to
+    # that host name and tries TLS for any other, which this server does not speak. It is
+    # resolved like 127.0.0.1 here; the server listens on loopback only.
     # create(), not getOrCreate(): that would hand back the classic session just started.
-    session: Any = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+    session: Any = ConnectSession.builder.remote(f"sc://localhost:{port}/;token={token}").create()
     return cast(SparkSession, session)
+
+
+def _connect_token(conf: Mapping[str, str]) -> str:
+    """The Connect server's token: the caller's (``conf``, then pyspark's environment
+    variable) or a new random one."""
+    import secrets
+
+    for where, given in (("conf['spark.connect.authenticate.token']",
+                          conf.get("spark.connect.authenticate.token")),
+                         ("SPARK_CONNECT_AUTHENTICATE_TOKEN",
+                          os.environ.get("SPARK_CONNECT_AUTHENTICATE_TOKEN"))):
+        if given is None:
+            continue
+        # Never the value itself in the message: it is a secret, even when wrong.
+        if not given.strip() or any(c in given for c in ";/ \t\r\n"):
+            raise ValueError(f"local_connect_session: the token in {where} is not accepted: "
+                             "a non-empty string without spaces, ';' or '/' (it travels in "
+                             "the connection URL)")
+        return given
+    return secrets.token_urlsafe(32)
 
 
 def _settings(app_name: str, master: str, conf: Mapping[str, str] | None,
