@@ -41,7 +41,7 @@ def test_a_batch_returns_only_once_a_remote_client_has_read_every_row() -> None:
     with serve_publisher(publisher) as service:
         # A client that asks for every row, reads 10 and dies. The rows it left unread
         # were written to its socket (the kernel's buffers hold them all).
-        peer = RawPeer.connect(service.port)
+        peer = RawPeer.connect(service.port, receive_buffer=1 << 20)
         peer.send(setup(service.token) + request_stream(1, UNBOUNDED_REQUEST_N))
         wait_until(lambda: publisher.subscribers == 1, "the client's subscription")
         batch = Batch(publisher)
