@@ -6,7 +6,6 @@ the connection is made when the source subscribes, in the source runner.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +18,13 @@ from reactive_streams.adapters.websocket import (
 )
 
 from .builtin import json_columns
-from .options import MAX_MILLISECONDS, OptionError, choice_option, optional_int_option
+from .options import (
+    MAX_MILLISECONDS,
+    OptionError,
+    choice_option,
+    optional_int_option,
+    read_option_file,
+)
 
 __all__ = ["DEFAULT_OPEN_TIMEOUT_MS", "websocket_publisher"]
 
@@ -151,7 +156,7 @@ def _headers(text: str | None, path: str | None) -> dict[str, str] | None:
         if text is not None:
             raise OptionError("headersFile", path, "either headers or headersFile, not both "
                                                    "(headers is given too)")
-        text = _read_headers_file(path)
+        text = read_option_file("headersFile", path, _HEADERS_ACCEPTED, _HEADERS_FILE_BYTES)
         # The option shows the path (no secret); errors about what it holds do not.
         option, shown, accepted = "headersFile", path, (
             f"a file holding {_HEADERS_ACCEPTED}; what it holds")
@@ -173,29 +178,5 @@ def _headers(text: str | None, path: str | None) -> dict[str, str] | None:
     return headers
 
 
-# A headers file is read by each process that makes the publisher (the planning process at
-# load(), the source runner), so a header file of a few KiB is plenty: a larger one is a
-# wrong path rather than headers.
+# A file of headers is a few hundred bytes: a larger one is a wrong path, not headers.
 _HEADERS_FILE_BYTES = 1 << 16
-
-
-def _read_headers_file(path: str) -> str:
-    accepted = (f"the absolute path of a readable file (UTF-8) holding {_HEADERS_ACCEPTED}, "
-                "on the machine of Spark's driver")
-    expanded = os.path.expanduser(path.strip())
-    if not os.path.isabs(expanded):
-        # Spark's Python processes do not share the caller's working directory.
-        raise OptionError("headersFile", path, f"{accepted}; it is a relative path")
-    try:
-        with open(expanded, "rb") as file:
-            data = file.read(_HEADERS_FILE_BYTES + 1)
-    except OSError as error:
-        raise OptionError("headersFile", path, f"{accepted}; reading it failed: "
-                                               f"{error.strerror or error}") from None
-    if len(data) > _HEADERS_FILE_BYTES:
-        raise OptionError("headersFile", path, f"{accepted}; it holds more than "
-                                               f"{_HEADERS_FILE_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise OptionError("headersFile", path, f"{accepted}; it is not UTF-8") from None

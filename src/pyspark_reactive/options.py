@@ -38,6 +38,7 @@ __all__ = [
     "choice_option",
     "optional_int_option",
     "parse_source_options",
+    "read_option_file",
     "resolve_factory",
     "warn_unknown_options",
 ]
@@ -471,6 +472,55 @@ def resolve_factory(publisher: str) -> Callable[[Mapping[str, str]], Any]:
                           f"{accepted}; {path!r} is a {type(target).__name__}, not callable")
     factory: Callable[[Mapping[str, str]], Any] = target
     return factory
+
+
+def read_option_file(option: str, path: str, holding: str, max_bytes: int) -> str:
+    """The text of a small file an option names (``headersFile``, ``tokenFile``): how a
+    secret reaches a publisher without travelling in the options, which the plan shows.
+
+    The file is read by each of Spark's Python processes that makes the publisher (on the
+    driver's machine), whose working directory is not the caller's: the path must be
+    absolute (``~`` is expanded). Errors name the option and the path, never the content.
+
+    Parameters
+    ----------
+    option : str
+        The option's name, for errors.
+    path : str
+        The option's value.
+    holding : str
+        What the file holds, for errors (``"the RSocket service's token"``).
+    max_bytes : int
+        The most bytes it may hold: a larger file is a wrong path, not a secret.
+
+    Returns
+    -------
+    str
+        Its content, decoded as UTF-8.
+
+    Raises
+    ------
+    OptionError
+        For a relative path, a file that cannot be read, is larger than ``max_bytes`` or
+        is not UTF-8.
+    """
+    accepted = (f"the absolute path of a readable file (UTF-8) holding {holding}, on the "
+                "machine of Spark's driver")
+    expanded = os.path.expanduser(path.strip())
+    if not os.path.isabs(expanded):
+        raise OptionError(option, path, f"{accepted}; it is a relative path")
+    try:
+        with open(expanded, "rb") as file:
+            data = file.read(max_bytes + 1)
+    except OSError as error:
+        raise OptionError(option, path, f"{accepted}; reading it failed: "
+                                        f"{error.strerror or error}") from None
+    if len(data) > max_bytes:
+        raise OptionError(option, path, f"{accepted}; it holds more than {max_bytes} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OptionError(option, path, f"{accepted}; it is not UTF-8 text") from None
 
 
 def allowed_publisher_modules() -> tuple[str, ...] | None:

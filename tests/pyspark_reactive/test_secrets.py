@@ -231,6 +231,7 @@ def test_headers_file_sends_its_headers_and_shows_only_its_path(tmp_path: Path) 
     (f'{{"X": 1, "Y": "{HEADER}"}}', {}, "header 'X' has a value of type int"),
     (HEADERS, {"headers": HEADERS}, "either headers or headersFile, not both"),
     (HEADERS, {"relative": "yes"}, "it is a relative path"),
+    (" " * 70_000 + HEADERS, {}, "it holds more than 65536 bytes"),
 ])
 def test_a_bad_headers_file_names_the_option_and_path_never_its_content(
         tmp_path: Path, content: str | None, extra: dict[str, str], expected: str) -> None:
