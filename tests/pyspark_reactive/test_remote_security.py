@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+import pytest
 from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient
 from rsocket_raw import PAYLOAD, RawPeer, request_stream, setup, wait_until
 
@@ -62,3 +63,55 @@ def test_a_batch_returns_only_once_a_remote_client_has_read_every_row() -> None:
         publisher.complete()
 
 
+
+
+# Run as another local user (uid 65534), standard library only: a raw RSocket client with
+# no credentials, which prints what it received.
+_OTHER_USER_CLIENT = r"""
+import json, socket, struct, sys
+port = int(sys.argv[1])
+composite = b"message/x.rsocket.composite-metadata.v0"
+body = struct.pack(">HHII", 1, 0, 20000, 90000) + bytes([len(composite)]) + composite
+body += bytes([24]) + b"application/octet-stream"
+def frame(stream_id, kind, flags, body):
+    inner = struct.pack(">IH", stream_id, (kind << 10) | flags) + body
+    return struct.pack(">I", len(inner))[1:] + inner
+sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+sock.sendall(frame(0, 0x01, 0, body) + frame(1, 0x06, 0, struct.pack(">I", 5)))
+data = b""
+while True:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+frames = []
+while len(data) >= 3:
+    length = int.from_bytes(data[:3], "big")
+    inner, data = data[3:3 + length], data[3 + length:]
+    stream_id, kind = struct.unpack(">IH", inner[:6])
+    frames.append([stream_id, kind >> 10, inner[6:10].hex() if kind >> 10 == 0x0B else ""])
+print(json.dumps(frames))
+"""
+
+
+def test_another_local_user_without_the_token_is_refused() -> None:
+    import json
+
+    from other_user import other_user_reason, run_as_other_user
+
+    from reactive_streams import RangePublisher
+    from reactive_streams.adapters.rsocket import serve
+
+    reason = other_user_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    rows = ForeachBatchPublisher(element="dict")
+    with serve(RangePublisher(0, 10), encode=lambda i: str(i).encode()) as served, \
+            serve_publisher(rows) as query_rows:
+        for service in (served, query_rows):
+            done = run_as_other_user(_OTHER_USER_CLIENT, str(service.port))
+            assert done.returncode == 0, done.stderr
+            # One ERROR frame on stream 0 (REJECTED_SETUP), then the end: no payload.
+            assert json.loads(done.stdout) == [[0, 0x0B, "00000003"]], done.stdout
+        assert rows.subscribers == 0
+        rows.complete()
