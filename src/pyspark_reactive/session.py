@@ -167,11 +167,6 @@ def local_connect_session(
     from pyspark import SparkContext
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    # Any Spark application in this process, started on whatever thread.
-    if SparkContext._active_spark_context is not None:
-        raise RuntimeError("local_connect_session: this process already runs a classic "
-                           "SparkSession, and one process holds one Spark application; "
-                           "stop it first, or use a new process")
     conf = dict(conf or {})
     address = conf.get("spark.connect.grpc.binding.address", "127.0.0.1")
     if address not in _LOOPBACK_ADDRESSES:
@@ -181,6 +176,11 @@ def local_connect_session(
             "no TLS, so its token would cross the network in clear text; to serve other "
             "machines, run a Connect server behind TLS and use SparkSession.builder.remote")
     token = _connect_token(conf)
+    # Any Spark application in this process, started on whatever thread.
+    if SparkContext._active_spark_context is not None:
+        raise RuntimeError("local_connect_session: this process already runs a classic "
+                           "SparkSession, and one process holds one Spark application; "
+                           "stop it first, or use a new process")
     with socket.socket() as probe:  # a free port on loopback for the Connect endpoint
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -126,3 +126,25 @@ def test_read_spark_defaults_rejects_a_key_without_value(tmp_path: Path) -> None
     path.write_text("spark.ui.enabled false\nspark.master\n")
     with pytest.raises(ValueError, match=r"spark-defaults\.conf:2: expected 'key value'"):
         read_spark_defaults(path)
+
+
+def test_local_connect_session_listens_on_loopback_only() -> None:
+    from pyspark_reactive.session import local_connect_session
+
+    # Refused before anything starts: the server has no TLS, so the token would cross the
+    # network in clear text.
+    with pytest.raises(ValueError, match=r"spark\.connect\.grpc\.binding\.address='0\.0\.0\.0'"):
+        local_connect_session(conf={"spark.connect.grpc.binding.address": "0.0.0.0"})
+
+
+def test_local_connect_session_refuses_a_token_that_cannot_travel_without_showing_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_reactive.session import local_connect_session
+
+    given = "half;token=another-secret"
+    with pytest.raises(ValueError, match=r"spark\.connect\.authenticate\.token") as error:
+        local_connect_session(conf={"spark.connect.authenticate.token": given})
+    assert "another-secret" not in str(error.value)
+    monkeypatch.setenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", " ")
+    with pytest.raises(ValueError, match="SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+        local_connect_session()

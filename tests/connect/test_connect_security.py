@@ -1,0 +1,158 @@
+"""Who can touch what on a shared Spark Connect server: the local server asks for a token,
+and the sink's staged batches are out of reach of the server's other sessions; a party
+that does reach them (it holds the token and learned the session's id) cannot make a batch
+deliver forged rows or count as delivered: the batch fails, saying why."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from test_connect_sink import Holding, reactive
+from test_sink import Checked
+
+from pyspark_reactive import connect_sink, publish
+
+PREFIX = "reactive_sink_"
+
+
+def attach(spark: Any, session_id: str) -> Any:
+    """A second client of ``session_id`` on ``spark``'s server, with ``spark``'s token: what
+    someone who holds the token and learned the session's id can do."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    builder = copy.copy(spark.client._builder)
+    builder._params = {**builder._params, "session_id": session_id}
+    session = ConnectSession(connection=builder)
+    session.release_session_on_close = False
+    return session
+
+
+def staged_marks(spark: Any) -> dict[str, dict[str, Any]]:
+    """The staged marks in the client's own session, by name, with their values."""
+    names = [r.viewName for r in spark.sql(f"SHOW VIEWS LIKE '{PREFIX}*_staged'").collect()]
+    return {name: json.loads(spark.table(name).first()["value"]) for name in names}
+
+
+def held_at_first_row(spark: Any, tmp_path: Path) -> tuple[Any, Holding]:
+    """A query of 40 rows in one batch of 4 partitions, published to a subscriber that
+    holds it at its first row: batch 0 is staged and waits."""
+    df = reactive(spark, publisher="range", count=40, maxRecordsPerTrigger=40,
+                  numPartitions=4).load()
+    publisher = publish(df, element="tuple", chunk_rows=5, trigger={"availableNow": True},
+                        checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Holding(1)
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(1)
+    return publisher, subscriber
+
+
+def release(subscriber: Holding, rows: int) -> None:
+    assert subscriber.subscription is not None
+    subscriber.outstanding = rows
+    subscriber.subscription.request(rows)
+
+
+def test_a_client_without_the_token_is_refused(spark: SparkSession) -> None:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    builder: Any = spark.client._builder  # type: ignore[attr-defined]
+    token = builder.token
+    assert token and len(token) >= 32
+    for url in (f"sc://{builder.endpoint}", f"sc://{builder.endpoint}/;token=x"):
+        stranger = ConnectSession(connection=url)
+        stranger.release_session_on_close = False
+        try:
+            with pytest.raises(Exception, match="UNAUTHENTICATED") as refused:
+                stranger.range(1).count()
+        finally:
+            stranger.client.close()
+        assert token not in str(refused.value)
+    assert spark.range(3).count() == 3
+    assert token not in repr(spark) and token not in repr(spark.client)
+
+
+def test_other_sessions_cannot_see_the_staged_batch_and_a_forgery_fails_it(
+        spark: SparkSession, tmp_path: Path) -> None:
+    publisher, subscriber = held_at_first_row(spark, tmp_path)
+    [(mark, staged)] = staged_marks(spark).items()
+    view = mark.removesuffix("_staged")
+
+    # Another session of the server (same token: another notebook on a shared cluster)
+    # lists nothing of the publisher's, reads nothing and drops nothing.
+    other = spark.newSession()
+    listed = [r.viewName for query in ("SHOW VIEWS", "SHOW VIEWS IN global_temp")
+              for r in other.sql(query).collect()]
+    assert not [name for name in listed if name.startswith(PREFIX)], listed
+    for name in (view, mark, f"global_temp.{view}"):
+        with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+            other.table(name).count()
+    assert other.catalog.dropTempView(view) is False
+    other.sql("SELECT CAST(-1 AS BIGINT) AS value").createOrReplaceTempView(view)  # its own
+
+    # Someone who learned the batch's session id replaces the partitions not yet fetched.
+    intruder = attach(spark, staged["session"])
+    try:
+        (intruder.range(40).selectExpr("-1 - id AS value",
+                                       "CAST(id % 4 AS INT) AS __reactive_partition")
+         .createOrReplaceTempView(view))
+    finally:
+        intruder.client.close()
+    release(subscriber, 39)
+    assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
+    assert [v for (v,) in subscriber.elements if v < 0] == []
+    assert subscriber.error is not None and not subscriber.completed
+    assert "batch 0 was not delivered" in str(subscriber.error)
+    assert "altered after it was staged" in str(subscriber.error)
+    assert not (tmp_path / "checkpoint" / "commits" / "0").exists()
+    assert publisher.rows_delivered == 0
+
+
+def test_a_confirmation_without_the_key_fails_the_batch(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    _, subscriber = held_at_first_row(spark, tmp_path)
+    [(mark, staged)] = staged_marks(spark).items()
+    # A "delivered" mark with the right counts and digests, and any MAC but the key's, put
+    # where the client puts its own: the batch would otherwise commit with 39 rows unread.
+    forged = json.dumps({"kind": "delivered", "parts": staged["parts"]})
+    intruder = attach(spark, spark.session_id)  # type: ignore[attr-defined]
+    try:
+        intruder.sql(f"SELECT '{forged}' AS value, '{'0' * 64}' AS mac").createOrReplaceTempView(
+            mark.removesuffix("_staged") + "_outcome")
+    finally:
+        intruder.client.close()
+    assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
+    assert subscriber.error is not None and not subscriber.completed
+    assert "does not carry the key" in str(subscriber.error)
+    assert len(subscriber.elements) == 1
+    assert not (tmp_path / "checkpoint" / "commits" / "0").exists()
+
+
+def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fault injection in this (client) process: the first outcome mark the pump puts fails,
+    # as a transient gRPC failure past the client's own retries would; the server is real.
+    put_mark = connect_sink._put_mark
+    outcome_puts: list[str] = []
+
+    def failing_once(session: Any, view: str, value: str, mac: str = "") -> None:
+        if view.endswith("_outcome"):
+            outcome_puts.append(view)
+            if len(outcome_puts) == 1:
+                raise ConnectionError("injected: the gRPC call failed (UNAVAILABLE)")
+        put_mark(session, view, value, mac)
+
+    monkeypatch.setattr(connect_sink, "_put_mark", failing_once)
+    df = reactive(spark, publisher="range", count=60, maxRecordsPerTrigger=30).load()
+    publisher = publish(df, element="tuple", trigger={"availableNow": True},
+                        checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(1000)
+    publisher.subscribe(subscriber)
+    assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
+    assert subscriber.completed and subscriber.error is None
+    assert sorted(v for (v,) in subscriber.elements) == list(range(60))  # each row once
+    assert outcome_puts[:2] == [outcome_puts[0]] * 2 and outcome_puts[0].endswith("_0_outcome")
