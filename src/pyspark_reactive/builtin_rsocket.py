@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from reactive_streams import Publisher
 
 from .builtin import json_columns, keep_columns
-from .options import OptionError, choice_option, optional_int_option
+from .options import OptionError, choice_option, optional_int_option, read_option_file
 
 __all__ = ["FORMATS", "rsocket_publisher"]
 
@@ -148,27 +147,13 @@ def _token(token: str | None, path: str | None) -> str | None:
 
 
 def _read_token_file(path: str) -> str:
-    accepted = ("the absolute path of a readable file (UTF-8) holding the RSocket service's "
-                "token, on the machine of Spark's driver")
-    expanded = os.path.expanduser(path.strip())
-    if not os.path.isabs(expanded):
-        # Spark's Python processes do not share the caller's working directory.
-        raise OptionError("tokenFile", path, f"{accepted}; it is a relative path")
-    try:
-        with open(expanded, "rb") as file:
-            data = file.read(_TOKEN_FILE_BYTES + 1)
-    except OSError as error:
-        raise OptionError("tokenFile", path, f"{accepted}; reading it failed: "
-                                             f"{error.strerror or error}") from None
-    # What it holds is never shown: only whether it could be a token.
-    try:
-        token = data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise OptionError("tokenFile", path, f"{accepted}; it is not UTF-8 text") from None
-    if not token or len(data) > _TOKEN_FILE_BYTES:
-        raise OptionError("tokenFile", path, f"{accepted}; it holds "
-                                             f"{'nothing' if not token else 'too much'} (a "
-                                             f"token of 1 to {_TOKEN_FILE_BYTES} bytes)")
+    token = read_option_file("tokenFile", path, "the RSocket service's token",
+                             _TOKEN_FILE_BYTES).strip()
+    if not token:
+        # What it holds is never shown: only that it cannot be a token.
+        raise OptionError("tokenFile", path, "the absolute path of a file holding the RSocket "
+                                             "service's token (1 to "
+                                             f"{_TOKEN_FILE_BYTES} bytes); it holds nothing")
     return token
 
 
