@@ -13,6 +13,7 @@ whatever the subscribers are doing.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import threading
@@ -74,12 +75,52 @@ class _QueryStopping(_DeliveryAborted):
     """The query is being stopped while its batch waits for subscribers or demand."""
 
 
-class _Mailbox(Source[Any]):
-    """One subscriber's view of the rows on offer: the current chunk, then the end.
+class _Step(list):  # type: ignore[type-arg]
+    """The elements of one pull, which remember how far the emitter iterated them.
 
-    The batch's thread puts a chunk in (and takes it back when the batch is abandoned);
-    the subscription's emitter takes from it on the subscription's thread. Both hold the
-    publisher's lock.
+    A subscription that ends part way through a step (a cancel, an ``on_next`` that
+    raised) has taken only some of them; :meth:`signalled` tells how many, so that the
+    next subscriber starts at the first element nobody took (finding 13). The position is
+    read from the list's own iterator once, at the end, so the steady path pays one call
+    per step and nothing per element.
+    """
+
+    __slots__ = ("_iterator",)
+
+    def __iter__(self) -> Iterator[Any]:
+        iterator = list.__iter__(self)
+        self._iterator = iterator
+        return iterator
+
+    def signalled(self, batched: bool) -> int:
+        """How many elements had ``on_next`` return (a ``batched`` subscriber: were handled).
+
+        Called once the emitter's loop has stopped. A list iterator's ``__reduce__`` gives
+        its position, or no position once it ran out, which it does only when the loop
+        asked for an element past the last: every element was signalled then. Otherwise,
+        on the plain path (Emitter._work) the element last taken from the iterator met the
+        cancel (or raised in ``on_next``) and was not taken; on the batched path
+        (SyncSubscriber._deliver) every element taken from the iterator was handled.
+        """
+        iterator = getattr(self, "_iterator", None)
+        if iterator is None:
+            return 0
+        state = iterator.__reduce__()
+        if len(state) < 3:
+            return len(self)
+        fetched = int(state[2])
+        return fetched if batched else max(fetched - 1, 0)
+
+
+class _Mailbox(Source[Any]):
+    """One subscriber's place in the publisher's elements, numbered from the first.
+
+    Elements are numbered across the publisher's life; the batch's thread appends chunks
+    to the publisher's window, and this subscription's emitter pulls from it on the
+    subscription's own thread. ``next`` is the next element to pull; ``done`` the first
+    one this subscriber has not yet taken: for a plain subscriber, ``on_next`` returned for
+    every element before it; for one that deferred confirmation, every element before it
+    was confirmed. All fields are read and written holding the publisher's lock.
     """
 
     def __init__(self, publisher: ForeachBatchPublisher, runner: ThreadRunner,
@@ -87,60 +128,203 @@ class _Mailbox(Source[Any]):
         self.publisher = publisher
         self.runner = runner
         self.subscriber: Subscriber[Any] | None = subscriber  # named in a stall's error
-        self.chunk: Sequence[Any] = ()
-        # Makes each element of the chunk as it is taken, on the subscription's thread (a
-        # Row from a tuple), or None when the chunk holds the elements themselves.
-        self.make: Callable[[Any], Any] | None = None
-        self.batch_id: int | None = None  # of the chunk
-        self.taken = 0
+        self.emitter: _Subscription | None = None
+        # Whether the emitter hands this subscriber whole steps (SyncSubscriber._deliver),
+        # read once: the emitter forgets it when it ends, before it closes this mailbox.
+        self.batched = False
+        self.start = self.next = self.done = 0
+        # False while a subscriber that cancelled has not yet left: where this one starts
+        # depends on what that one took (see place()).
+        self.placed = False
+        self.step: _Step | None = None  # the last pull's elements, from element step_base
+        self.window: list[Any] | None = None  # the publisher's window, when chunk was found
+        self.chunk: tuple[int, Sequence[Any], Any, int | None] = (0, (), None, None)
+        self.step_base = 0
+        self.deferred = False
+        self.confirmed = 0  # cumulative, as confirm() gives it
         self.closed = False
         # This subscription's own end, before the stream's: a demand_timeout's error.
         self.failure: BaseException | None = None
-        # For demand_timeout: pulls that took rows, as last seen by the batch's thread,
-        # and since when it has seen rows waiting with no demand and no pull.
-        self.pulls = 0
-        self.pulls_seen = 0
+        # For demand_timeout: pulls that took elements and confirmations that moved, as
+        # last seen by the batch's thread, and since when it has seen this subscriber
+        # hold the batch back without either.
+        self.progress = 0
+        self.progress_seen = 0
         self.stalled_since: float | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self.taken >= len(self.chunk)
+        self.nudged = -1  # the position the batch's thread last woke the emitter at
 
     def pull(self, n: int) -> tuple[Sequence[Any], Terminal | None]:
-        changed = self.publisher._changed
+        publisher = self.publisher
+        changed = publisher._changed
+        pieces = []
         with changed:
-            low = self.taken
-            high = min(len(self.chunk), low + n)
-            elements = self.chunk[low:high]
-            self.taken = high
-            if elements:
-                self.pulls += 1
+            if not self.placed and not self.place():
+                return (), None  # close() of the one leaving signals this emitter again
+            if not self.deferred:
+                # The emitter pulls again only once every element of its last pull was
+                # signalled (or it pulls no more: see close()).
+                self.done = self.next
+            terminal = publisher._terminal if self.failure is None else self.failure
+            if terminal is not None:
+                # Not yet taken: withdrawn, so the terminal signal follows at once.
+                self.step = None
+                return (), terminal
+            low, end = self.next, publisher._end_at
+            self.step_base = low
+            while n > 0 and low < end:
+                # The chunk of the last pull, while the window it was found in stands
+                # (a window is replaced, never emptied in place, when a batch begins or
+                # is withdrawn; trimming drops only chunks below every subscriber's next).
+                chunk = self.chunk
+                if self.window is not publisher._window or \
+                        not chunk[0] <= low < chunk[0] + len(chunk[1]):
+                    index = bisect.bisect_right(publisher._bases, low) - 1
+                    if index < 0:
+                        break  # withdrawn (an abandoned batch)
+                    self.window = publisher._window
+                    chunk = self.chunk = self.window[index]
+                base, items, make, batch_id = chunk
+                high = min(base + len(items), low + n)
+                if high <= low:
+                    break
+                pieces.append((items[low - base:high - base], make))
+                n -= high - low
+                low = high
+            if pieces:
+                self.next = low
+                self.progress += 1
                 # On the subscription's thread, just before their on_next: what
                 # publisher.batch_id answers there (see ForeachBatchPublisher.batch_id).
-                self.publisher._delivering.batch_id = self.batch_id
-            if self.chunk and high >= len(self.chunk):
-                self.chunk, self.taken = (), 0
-                changed.notify_all()
-            make = self.make
-            if self.failure is not None:
-                terminal: Terminal | None = self.failure
-            else:
-                terminal = self.publisher._terminal if self.empty else None
-        if make is not None and elements:
-            # Outside the lock; made at most one step (64) at a time, each element lives
-            # from here to its on_next, which spares the garbage collector a chunk's worth
-            # of young objects to trace (Rows are tuples it cannot untrack).
-            elements = list(map(make, elements))
-        return elements, terminal
+                publisher._delivering.batch_id = batch_id
+            if self.next >= end:
+                changed.notify_all()  # the batch's thread may offer more, or finish
+        # Outside the lock; made at most one step (64) at a time, each element lives from
+        # here to its on_next, which spares the garbage collector a chunk's worth of young
+        # objects to trace (Rows are tuples it cannot untrack).
+        if len(pieces) == 1:
+            piece, make = pieces[0]
+            step = _Step(piece if make is None else map(make, piece))
+        else:
+            step = _Step()
+            for piece, make in pieces:
+                step.extend(piece if make is None else map(make, piece))
+        self.step = step
+        return step, None
+
+    def place(self) -> bool:
+        """Start at the first element that no subscriber has taken, unless a subscriber
+        that cancelled has yet to leave (then False). Holding the lock."""
+        publisher = self.publisher
+        if self.placed or publisher._terminal is not None:
+            return True
+        if any(m.leaving for _, m in publisher._outlets):
+            return False
+        self.start = self.next = self.done = publisher._taken_now()
+        self.placed = True
+        return True
+
+    @property
+    def leaving(self) -> bool:
+        """Cancelled, and not yet closed: what it took is not known yet."""
+        return not self.closed and self.emitter is not None and self.emitter.cancelled
 
     def close(self) -> None:
         # Called once, by the emitter, when the subscription ends (cancel or terminal).
-        with self.publisher._changed:
-            self.closed = True
-            self.chunk, self.taken = (), 0
+        publisher = self.publisher
+        with publisher._changed:
+            self.leave()
             self.subscriber = None  # §3.13
-            self.publisher._changed.notify_all()
+            waiting = [e for e, m in publisher._outlets if not m.placed and not m.closed]
+            publisher._changed.notify_all()
+        for emitter in waiting:
+            emitter.signal()  # they may start now
         self.runner.release()
+
+    def leave(self) -> None:
+        """Count what this subscriber took, for whoever comes next. Holding the lock."""
+        if not self.deferred and self.step is not None:
+            self.done = max(self.done, self.step_base + self.step.signalled(self.batched))
+        self.closed = True
+        publisher = self.publisher
+        publisher._taken = max(publisher._taken, self.done)
+
+    def skip_to(self, position: int) -> None:
+        """Move past elements withdrawn with an abandoned batch. Holding the lock."""
+        if self.placed and self.next < position:
+            # Confirmations still count signalled elements, so start moves with next.
+            self.start += position - self.next
+            self.next = position
+            if not self.deferred:
+                self.done = position
+
+    def defer(self) -> None:
+        with self.publisher._changed:
+            if self.next != self.start:
+                raise RuntimeError(
+                    "ForeachBatchPublisher: defer_confirmation() must be called before any "
+                    "element is signalled (in on_subscribe, before the first request)")
+            self.deferred = True
+
+    def confirm(self, count: int) -> None:
+        if type(count) is not int or count < 0:
+            raise ValueError(f"ForeachBatchPublisher: confirm(count={count!r}): count must be "
+                             "a non-negative int, the elements received so far")
+        publisher = self.publisher
+        with publisher._changed:
+            if not self.deferred:
+                raise RuntimeError("ForeachBatchPublisher: confirm() without "
+                                   "defer_confirmation() first")
+            signalled = self.next - self.start
+            if count > signalled:
+                raise ValueError(f"ForeachBatchPublisher: confirm(count={count}) is more than "
+                                 f"the {signalled} elements signalled to this subscriber")
+            if count <= self.confirmed or self.closed:
+                return  # §3.6-like: after the end a confirmation changes nothing
+            self.confirmed = count
+            self.done = self.start + count
+            self.progress += 1
+            if self.done >= publisher._end_at:
+                publisher._changed.notify_all()
+
+
+class _Subscription(Emitter[Any]):
+    """The Subscription a ForeachBatchPublisher hands out: an Emitter over a mailbox, plus
+    deferred confirmation for transports (INTERFACES.md, 1)."""
+
+    def __init__(self, subscriber: Subscriber[Any], mailbox: _Mailbox,
+                 dispatch: Any) -> None:
+        super().__init__(subscriber, mailbox, dispatch=dispatch, chunk=_STEP)
+        self._mailbox = mailbox
+
+    def defer_confirmation(self) -> None:
+        """From now on an element counts as taken once :meth:`confirm` covers it.
+
+        For a transport (an RSocket service) whose ``on_next`` only sends the element on
+        its way: call it in ``on_subscribe``, before the first ``request``. The batch
+        then ends only once every element of it is confirmed, and elements signalled but
+        not confirmed when this subscription ends go to the next subscriber.
+
+        Raises
+        ------
+        RuntimeError
+            When an element was already signalled.
+        """
+        self._mailbox.defer()
+
+    def confirm(self, count: int) -> None:
+        """The far end has received the first ``count`` elements signalled here.
+
+        Cumulative since ``on_subscribe``; a count not above the last one is ignored, as
+        is any after the subscription ended. Thread-safe; returns at once.
+
+        Raises
+        ------
+        ValueError
+            When ``count`` is not a non-negative int or exceeds the elements signalled.
+        RuntimeError
+            Without :meth:`defer_confirmation` first.
+        """
+        self._mailbox.confirm(count)
 
 
 class ForeachBatchPublisher(Publisher[Any]):
@@ -269,7 +453,17 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._delivering = threading.local()  # per subscription thread: see batch_id
         self.rows_delivered = 0
         self._changed = threading.Condition()
-        self._outlets: list[tuple[Emitter[Any], _Mailbox]] = []
+        self._outlets: list[tuple[_Subscription, _Mailbox]] = []
+        # The elements on offer: chunks (first element's number, elements, what makes each
+        # as it is taken, batch id), from the first element that a subscriber may still
+        # need up to _end_at, the number the next element offered gets. _bases holds each
+        # chunk's first number, to find an element's chunk.
+        self._window: list[tuple[int, Sequence[Any], Callable[[Any], Any] | None, int | None]] = []
+        self._bases: list[int] = []
+        self._end_at = 0
+        # Of the batch under way: elements before this were taken by some subscriber
+        # that has since left (see _taken_now()).
+        self._taken = 0
         self._terminal: Terminal | None = None
         self._ended_by = ""  # why the stream ended, for the error of a later batch
         self._watcher: threading.Thread | None = None
@@ -291,10 +485,14 @@ class ForeachBatchPublisher(Publisher[Any]):
         # The subscription's own thread, released when it ends (cancel or terminal signal).
         runner = ThreadRunner(max_workers=1, name="reactive-sink-subscription")
         mailbox = _Mailbox(self, runner, subscriber)
-        emitter: Emitter[Any] = Emitter(subscriber, mailbox, dispatch=runner.acquire(),
-                                        chunk=_STEP)
+        emitter = _Subscription(subscriber, mailbox, runner.acquire())
+        mailbox.emitter = emitter
+        mailbox.batched = emitter._deliver is not None
         with self._changed:
             if self._terminal is None:
+                # A late subscriber starts at the first element no subscriber has taken
+                # (finding 13: after a subscriber left part way, nothing twice).
+                mailbox.place()
                 self._outlets.append((emitter, mailbox))
                 self._had_subscriber = True
                 self._changed.notify_all()
@@ -386,9 +584,8 @@ class ForeachBatchPublisher(Publisher[Any]):
             self._ended_by = why
             outlets = list(self._outlets)
             self._outlets.clear()
-            for _, mailbox in outlets:
-                # Not yet taken: withdrawn, so the terminal signal follows at once.
-                mailbox.chunk, mailbox.taken = (), 0
+            # Not yet taken: withdrawn (each pull now answers the terminal signal at once).
+            self._window, self._bases = [], []
             self._changed.notify_all()
         for emitter, _ in outlets:
             emitter.signal()
@@ -427,15 +624,21 @@ class ForeachBatchPublisher(Publisher[Any]):
         # Raising keeps Spark from committing a batch that was not delivered.
         try:
             admit()
-            self._batch_id = batch_id
+            self._begin(batch_id)
+            rows = 0
             for chunk in chunks():
-                self._offer(chunk)
+                rows += self._offer(chunk)
+            self._wait(finished=True)
+            self.rows_delivered += rows
         except _QueryStopping:
+            self._abandon()
             raise _stopped(batch_id) from None
         except _DeliveryAborted as abort:
+            self._abandon()
             raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
                                f"{abort}") from None
         except Exception:
+            self._abandon()
             if self.query is not None and not self.query.isActive:
                 # Such as a fetch of a partition, cancelled by the stop.
                 raise _stopped(batch_id) from None
@@ -452,70 +655,121 @@ class ForeachBatchPublisher(Publisher[Any]):
         with self._changed:
             self._check_stream()
 
-    def _offer(self, chunk: _Chunk) -> None:
-        """Hand ``chunk`` to every subscriber and wait until each has taken all of it."""
+    def _begin(self, batch_id: int) -> None:
+        with self._changed:
+            self._batch_id = batch_id
+            # Elements of an abandoned batch, if any, are gone: everyone starts here.
+            self._window, self._bases = [], []
+            self._taken = self._end_at
+            for _, mailbox in self._outlets:
+                mailbox.skip_to(self._end_at)
+
+    def _abandon(self) -> None:
+        """Withdraw the batch's elements not yet pulled: no subscriber gets more of them."""
+        with self._changed:
+            self._window, self._bases = [], []
+            outlets = list(self._outlets)
+        for emitter, _ in outlets:
+            emitter.signal()  # an emitter waiting for demand sees the end, if known
+
+    def _taken_now(self) -> int:
+        """The first element that no subscriber, here or gone, has taken. Holding the lock."""
+        taken = self._taken
+        for _, mailbox in self._outlets:
+            if mailbox.placed and not mailbox.closed and mailbox.done > taken:
+                taken = mailbox.done
+        return taken
+
+    def _offer(self, chunk: _Chunk) -> int:
+        """Offer ``chunk`` to the subscribers and wait until each has pulled all of it;
+        returns its rows."""
         items, make = chunk
-        while True:
-            with self._changed:
-                self._check_stream()
-                outlets = [(e, m) for e, m in self._outlets if not m.closed]
-                self._outlets = outlets
-                if outlets:
-                    for _, mailbox in outlets:
-                        mailbox.chunk, mailbox.taken, mailbox.make = items, 0, make
-                        mailbox.batch_id = self._batch_id
-                        mailbox.stalled_since = None
-                    break
-                if self.when_unsubscribed == "stop" and self._had_subscriber:
-                    self._stop_query("its last subscriber cancelled")  # raises
-                self._changed.wait(_POLL_S)
+        with self._changed:
+            self._window.append((self._end_at, items, make, self._batch_id))
+            self._bases.append(self._end_at)
+            self._end_at += len(items)
+            outlets = list(self._outlets)
         # The emitters deliver on their subscriptions' threads; this one only waits, so
-        # it sees a stop however long a subscriber takes.
+        # it sees a stop however long a subscriber takes. The next chunk is made once all
+        # of this one is pulled: made meanwhile, it would contend for the GIL with the
+        # subscribers' threads, which costs them more than it saves.
         for emitter, _ in outlets:
             emitter.signal()
-        try:
-            while True:
-                with self._changed:
-                    self._check_stream()
-                    if all(mailbox.closed or mailbox.empty for _, mailbox in outlets):
-                        delivered = any(not mailbox.closed for _, mailbox in outlets)
-                        break
-                    cancelled = self._stalled(outlets)  # raises when they fail the batch
-                    if not cancelled:
-                        self._changed.wait(_POLL_S)
-                for emitter in cancelled:
-                    emitter.signal()  # its on_error
-        except _DeliveryAborted:
+        self._wait(finished=False)
+        return sum(len(e) for e in items) if self.element == "arrow" else len(items)
+
+    def _wait(self, finished: bool) -> None:
+        """Wait until every subscriber has pulled every element on offer, or, when
+        ``finished``, until every element on offer is taken: by every subscriber here,
+        and, of those who left, by one at least. Raises :class:`_DeliveryAborted` when the
+        batch cannot be delivered."""
+        while True:
+            woken = []
             with self._changed:
-                for _, mailbox in outlets:
-                    mailbox.chunk, mailbox.taken = (), 0  # withdrawn: the batch is abandoned
-            for emitter, _ in outlets:
-                emitter.signal()  # an emitter waiting for demand sees the end, if known
-            raise
-        if delivered:
-            self.rows_delivered += sum(len(e) for e in items) if self.element == "arrow" \
-                else len(items)
-        else:
-            self._offer(chunk)  # everyone cancelled mid-chunk: the next subscriber gets it
+                self._check_stream()
+                self._outlets = [(e, m) for e, m in self._outlets if not m.closed]
+                # One not yet placed takes part once it is; until then it holds nothing.
+                outlets = [(e, m) for e, m in self._outlets if m.placed]
+                end = self._end_at
+                if finished:
+                    if self._taken_now() >= end and all(m.done >= end for _, m in outlets):
+                        return
+                elif outlets and all(m.next >= end for _, m in outlets):
+                    self._trim()
+                    return
+                if (not self._outlets and self.when_unsubscribed == "stop"
+                        and self._had_subscriber):
+                    self._stop_query("its last subscriber cancelled")  # raises
+                for emitter, mailbox in outlets:
+                    if (finished and not mailbox.deferred and mailbox.done < mailbox.next
+                            and mailbox.next >= end and mailbox.nudged != mailbox.next):
+                        # Its last step was pulled; the emitter tells that it was signalled
+                        # by pulling again, which it may not do unasked.
+                        mailbox.nudged = mailbox.next
+                        woken.append(emitter)
+                woken += self._stalled(outlets)  # raises when they fail the batch
+                if not woken:
+                    self._changed.wait(_POLL_S)
+            for emitter in woken:
+                emitter.signal()  # a pull, or a cancelled subscriber's on_error
 
-    def _stalled(self, outlets: list[tuple[Emitter[Any], _Mailbox]]) -> list[Emitter[Any]]:
-        """Apply ``demand_timeout`` to the subscribers that rows on offer wait for.
+    def _trim(self) -> None:
+        """Let go of chunks no subscriber can be given any more. Holding the lock."""
+        low = min([self._taken_now()]
+                  + [m.next for _, m in self._outlets if m.placed and not m.closed])
+        drop = 0
+        for base, items, _, _ in self._window:
+            if base + len(items) > low:
+                break
+            drop += 1
+        if drop:
+            del self._window[:drop], self._bases[:drop]
 
-        A subscriber is stalled while it has rows on offer, no demand outstanding and has
-        taken none since the last look; it has timed out once that has lasted
-        ``demand_timeout`` seconds. With ``when_stalled="fail"`` this raises
-        :class:`_DeliveryAborted`; with ``"cancel"`` it ends those subscriptions with an
-        error and returns their emitters, to be signalled. Called holding the lock.
+    def _stalled(self, outlets: list[tuple[_Subscription, _Mailbox]]) -> list[_Subscription]:
+        """Apply ``demand_timeout`` to the subscribers that the batch waits for.
+
+        A subscriber is stalled while it holds the batch back (elements wait for it with
+        no demand outstanding, or, having deferred confirmation, it has all it was
+        offered and has not confirmed all) and has neither taken nor confirmed any since
+        the last look; it has timed out once that has lasted ``demand_timeout`` seconds.
+        With ``when_stalled="fail"`` this raises :class:`_DeliveryAborted`; with
+        ``"cancel"`` it ends those subscriptions with an error and returns their
+        emitters, to be signalled. Called holding the lock.
         """
         timeout = self.demand_timeout
         if timeout is None:
             return []
         now = time.monotonic()
+        end = self._end_at
         timed_out = []
         for emitter, mailbox in outlets:
-            moved = mailbox.pulls != mailbox.pulls_seen
-            mailbox.pulls_seen = mailbox.pulls
-            if mailbox.closed or mailbox.empty or moved or emitter.demand > 0:
+            moved = mailbox.progress != mailbox.progress_seen
+            mailbox.progress_seen = mailbox.progress
+            if mailbox.next < end:
+                holds = emitter.demand == 0
+            else:
+                holds = mailbox.deferred and mailbox.done < end
+            if mailbox.closed or not holds or moved:
                 mailbox.stalled_since = None
             elif mailbox.stalled_since is None:
                 mailbox.stalled_since = now
@@ -525,6 +779,9 @@ class ForeachBatchPublisher(Publisher[Any]):
             return []
         what = (f"requested no row for demand_timeout={timeout:g} s while rows of batch "
                 f"{self._batch_id} waited for it")
+        if any(mailbox.deferred for _, mailbox in timed_out):
+            what = (f"requested or confirmed no row for demand_timeout={timeout:g} s while "
+                    f"rows of batch {self._batch_id} waited for it")
         if self.when_stalled == "fail":
             names = ", ".join(repr(mailbox.subscriber) for _, mailbox in timed_out)
             raise _DeliveryAborted(f"the subscriber {names} {what} (when_stalled='fail')")
@@ -534,9 +791,9 @@ class ForeachBatchPublisher(Publisher[Any]):
             mailbox.failure = TimeoutError(
                 f"ForeachBatchPublisher: this subscriber {what}, so its subscription is "
                 "cancelled (when_stalled='cancel'); the other subscribers go on")
-            # Withdrawn, and gone for the batch: the others need not wait for it.
-            mailbox.chunk, mailbox.taken = (), 0
-            mailbox.closed = True
+            # Gone for the batch: the others need not wait for it, and what it did not
+            # take goes to the next subscriber.
+            mailbox.leave()
         self._changed.notify_all()
         return [emitter for emitter, _ in timed_out]
 

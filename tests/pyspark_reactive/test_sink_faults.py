@@ -202,34 +202,31 @@ def test_a_udf_failing_mid_batch_reaches_every_subscriber_as_on_error(
         assert values[2 * ROWS:] == [v for p in (0, 1) for v in range(200 + p, 300, PARTS)]
 
 
-def test_batch_id_read_in_on_next_is_that_elements_batch(spark: SparkSession,
-                                                         tmp_path: Path) -> None:
-    # The lagging subscriber takes batch 0's last 36 rows in one step and is still in
-    # on_next with them when batch 1 is offered; batch_id must still say 0 there.
+def test_a_batch_waits_for_every_on_next_and_batch_id_names_its_batch(spark: SparkSession,
+                                                                       tmp_path: Path) -> None:
+    # The lagging subscriber is still in on_next with batch 0's last row after the leading
+    # one has taken all of batch 0: batch 0 has not ended (a row counts as taken once its
+    # on_next returned), so batch 1 has not begun; batch_id read in each on_next is the
+    # batch of that element.
     df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS)
           .option("numPartitions", 1).load().select("value"))
     publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
-    moved_on = threading.Event()
+    seen_then: list[int | None] = []
 
     class Lags(Stamps):
         def on_next(self, element: Any) -> None:
             if element == (ROWS - 1,):
-                assert moved_on.wait(60), "batch 1 was never offered"
+                leading.wait_for(ROWS)
+                seen_then.append(publisher._batch_id)
             super().on_next(element)
 
-    class Leads(Stamps):
-        def on_next(self, element: Any) -> None:
-            super().on_next(element)
-            if element == (ROWS,):
-                moved_on.set()
-
-    lagging, leading = Lags(1000), Leads(1000)
+    lagging, leading = Lags(1000), Stamps(1000)
     for subscriber in (lagging, leading):
         subscriber.publisher = publisher
         publisher.subscribe(subscriber)
     lagging.wait_for(2 * ROWS)
     leading.wait_for(2 * ROWS)
-    assert moved_on.is_set()
+    assert seen_then == [0]
     for subscriber in (lagging, leading):
         seen = list(zip(subscriber.batch_ids, subscriber.elements, strict=True))[:2 * ROWS]
         assert [(b, v) for b, (v,) in seen] == [(v // ROWS, v) for v in range(2 * ROWS)]
