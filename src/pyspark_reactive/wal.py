@@ -9,6 +9,12 @@ segments its offsets fall in; a commit removes the segments wholly before it. A 
 short by a crash leaves only a temporary file, which the next run sets aside under
 ``torn/`` with a warning. A local directory is also locked by the query run that uses it,
 so a restarted run waits for the stopped one to finish writing.
+
+The rows are the stream's, so on the local disk the log keeps them to its owner: files
+are created 0600 and the directories it creates 0700, whatever the umask, and no file is
+opened through a symbolic link. A segment name without a checksum (as logs of 0.1 wrote
+them) is read only from a log that an older version wrote: the first time this version
+opens a log it writes a ``format`` mark listing such segments, and any other is ignored.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import re
@@ -33,14 +40,24 @@ from reactive_streams.adapters.urls import redact_url
 
 from .faults import crash_point
 
-__all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WriteAheadLog"]
+__all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WalMarkDamaged", "WriteAheadLog"]
 
 log = logging.getLogger(__name__)
 
 # <start>-<end>[-<crc32 of the file, 8 hex digits>].arrow (logs of 0.1 had no checksum)
 _ENTRY = re.compile(r"^(\d{20})-(\d{20})(?:-([0-9a-f]{8}))?\.arrow$")
 _COMMITTED = "committed"
+# Written by this version on its first look at a log: the checksum-less segments an older
+# version left, which alone are read (see _legacy()).
+_FORMAT = "format"
+_FORMAT_VERSION = 2
 _LOCK = ".lock"
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
+# Never follow a symbolic link planted under one of the log's names.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_MAX_MARK = 4096  # bytes of a mark file read: a mark is a number or a short list
 _TORN = "torn"
 _TEMPORARY = ".tmp-"
 # Schema metadata of a segment: the position key of its last element (durability.py).
@@ -74,6 +91,20 @@ class WalDamaged(RuntimeError):
         super().__init__(
             f"the write-ahead log at {location!r} has a damaged segment {entry.name} (offsets "
             f"[{entry.start}, {entry.end})): {type(cause).__name__}: {cause}")
+
+
+class WalMarkDamaged(RuntimeError):
+    """One of the log's own marks (``committed``, ``format``) holds something else than
+    this version writes there."""
+
+    def __init__(self, location: str, name: str, held: bytes, expected: str,
+                 remedy: str) -> None:
+        self.name = name
+        shown = held[:80].decode("utf-8", "backslashreplace")
+        more = "..." if len(held) > 80 else ""
+        super().__init__(
+            f"the write-ahead log at {location!r} has a damaged {name!r} file: it holds "
+            f"{shown!r}{more}, where {expected} is expected. {remedy}")
 
 
 # A URI scheme (RFC 3986): a letter, then letters, digits, "+", "-" or ".", then ":".
@@ -130,6 +161,8 @@ class WriteAheadLog:
         # For messages only, without a URI's credentials (s3://key:secret@...).
         self.location = redact_url(location)
         self._lock_fd: int | None = None
+        self._legacy_names: frozenset[str] | None = None  # see _legacy()
+        self._refused: set[str] = set()  # checksum-less names already warned about
         local = local_path(location)
         if local is None:
             try:
@@ -148,10 +181,34 @@ class WriteAheadLog:
 
     def probe(self) -> None:
         """Create the directory if needed and check that a file can be written there."""
-        self._fs.create_dir(self._root, recursive=True)
+        self._make_dirs(self._root)
         probe = self._path(f".probe-{uuid.uuid4().hex}")
         self._write_bytes(probe, b"probe")
         self._fs.delete_file(probe)
+        self._legacy()
+
+    def _make_dirs(self, path: str) -> None:
+        """Create ``path`` and any missing parent; on the local disk each one created
+        0700 (pyarrow's filesystems elsewhere set no modes: see the README)."""
+        if self._local is None:
+            self._fs.create_dir(path, recursive=True)
+            return
+        missing = []
+        head = os.path.abspath(path)
+        while not os.path.isdir(head):
+            missing.append(head)
+            parent = os.path.dirname(head)
+            if parent == head:
+                break
+            head = parent
+        for directory in reversed(missing):
+            try:
+                os.mkdir(directory, _DIR_MODE)
+            except FileExistsError:
+                if not os.path.isdir(directory):
+                    raise
+                continue  # made meanwhile by another process: its mode is its own
+            os.chmod(directory, _DIR_MODE)  # the umask may have taken bits off
 
     def write(self, entry: WalEntry, batches: list[pa.RecordBatch], schema: pa.Schema,
               key: str | None = None) -> WalEntry:
@@ -175,9 +232,12 @@ class WriteAheadLog:
         temporary = f"{path}{_TEMPORARY}{uuid.uuid4().hex}"
         if self._local is not None:
             # fsync the file and then the directory: after a crash the entry is either
-            # whole under its final name or absent.
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(temporary, "wb") as handle:
+            # whole under its final name or absent. O_EXCL: never through a link.
+            self._make_dirs(os.path.dirname(path))
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
+                         | _CLOEXEC, _FILE_MODE)
+            with open(fd, "wb") as handle:
+                os.fchmod(fd, _FILE_MODE)  # whatever the umask
                 if len(data) > 1:
                     handle.write(data[:len(data) // 2])
                     handle.flush()
@@ -188,7 +248,7 @@ class WriteAheadLog:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, path)
-            directory = os.open(os.path.dirname(path), os.O_RDONLY)
+            directory = os.open(os.path.dirname(path), os.O_RDONLY | _CLOEXEC)
             try:
                 os.fsync(directory)
             finally:
@@ -201,15 +261,96 @@ class WriteAheadLog:
     # -- reading -------------------------------------------------------------------------
 
     def entries(self) -> list[WalEntry]:
-        """Every entry in the log, in offset order."""
-        selector = pafs.FileSelector(self._root, allow_not_found=True)
+        """Every entry in the log, in offset order.
+
+        A segment without a checksum in its name is listed only if an older version wrote
+        it (see :meth:`_legacy`); any other is ignored with a warning.
+        """
+        legacy = self._legacy()
         found = []
-        for info in self._fs.get_file_info(selector):
-            match = _ENTRY.match(info.base_name)
-            if match:
-                crc = None if match.group(3) is None else int(match.group(3), 16)
-                found.append(WalEntry(int(match.group(1)), int(match.group(2)), crc))
+        for name in self._names():
+            match = _ENTRY.match(name)
+            if not match:
+                continue
+            if match.group(3) is None and name not in legacy:
+                if name not in self._refused:
+                    self._refused.add(name)
+                    log.warning(
+                        "the write-ahead log at %s: ignoring the segment %s: its name has no "
+                        "checksum, and this log was not written by a version that wrote such "
+                        "names (only segments listed in its %r file were), so it was put "
+                        "there by something else than this log's writer", self.location, name,
+                        _FORMAT)
+                continue
+            crc = None if match.group(3) is None else int(match.group(3), 16)
+            found.append(WalEntry(int(match.group(1)), int(match.group(2)), crc))
         return sorted(found)
+
+    def _names(self) -> list[str]:
+        selector = pafs.FileSelector(self._root, allow_not_found=True)
+        return [info.base_name for info in self._fs.get_file_info(selector)]
+
+    def _legacy(self) -> frozenset[str]:
+        """The checksum-less segments that an older version of this log wrote.
+
+        Read from the ``format`` mark; a log without one is marked now: when it holds
+        checksum-less segments and none with a checksum, an older version wrote it, and
+        those segments (and no later ones) are read, with a warning; otherwise none is.
+        """
+        if self._legacy_names is not None:
+            return self._legacy_names
+        held = self._read_mark(_FORMAT)
+        if held is None:
+            names = self._names()
+            old = sorted(n for n in names if (m := _ENTRY.match(n)) and m.group(3) is None)
+            if any((m := _ENTRY.match(n)) and m.group(3) is not None for n in names):
+                old = []  # this version's log: a checksum-less name is not its own
+            if old:
+                log.warning("the write-ahead log at %s was written by an older version "
+                            "(segments without checksums); reading its %d segments %s to "
+                            "%s, unchecked", self.location, len(old), old[0], old[-1])
+            if self._fs.get_file_info(self._root).type != pafs.FileType.Directory:
+                return frozenset()  # no log yet: marked once it is made
+            self._write_bytes(self._path(_FORMAT), json.dumps(
+                {"format": _FORMAT_VERSION, "legacy": old}).encode())
+            self._legacy_names = frozenset(old)
+            return self._legacy_names
+        try:
+            mark = json.loads(held)
+            legacy = mark["legacy"]
+            if mark["format"] != _FORMAT_VERSION or not isinstance(legacy, list) or \
+                    not all(isinstance(n, str) and _ENTRY.match(n) for n in legacy):
+                raise ValueError(legacy)
+        except (ValueError, KeyError, TypeError):
+            raise WalMarkDamaged(
+                self.location, _FORMAT, held,
+                f'{{"format": {_FORMAT_VERSION}, "legacy": [segment names]}}',
+                "This version writes it on its first look at a log; if no segment name in "
+                "the log lacks a checksum, writing the expected text with an empty list "
+                "repairs it") from None
+        self._legacy_names = frozenset(legacy)
+        return self._legacy_names
+
+    def _read_mark(self, name: str) -> bytes | None:
+        """The first bytes of the mark file ``name``, or None when there is none."""
+        path = self._path(name)
+        try:
+            if self._local is None:
+                with self._fs.open_input_stream(path) as source:
+                    return bytes(source.read(_MAX_MARK))
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+            with open(fd, "rb") as handle:
+                return handle.read(_MAX_MARK)
+        except FileNotFoundError:
+            return None
+
+    def _read_file(self, name: str) -> bytes:
+        if self._local is None:
+            with self._fs.open_input_file(self._path(name)) as source:
+                return bytes(source.read())
+        fd = os.open(self._path(name), os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+        with open(fd, "rb") as handle:
+            return handle.read()
 
     def read(self, entry: WalEntry) -> pa.Table:
         """The rows of ``entry``.
@@ -220,8 +361,12 @@ class WriteAheadLog:
             When the segment cannot be read, or holds another number of rows than its
             name says.
         """
-        with self._fs.open_input_file(self._path(entry.name)) as source:
-            data = source.read()
+        try:
+            data = self._read_file(entry.name)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            raise WalDamaged(self.location, entry, error) from error  # a link: refused
         if entry.crc is not None and zlib.crc32(data) != entry.crc:
             raise WalDamaged(self.location, entry, ValueError(
                 f"its checksum is {zlib.crc32(data):08x}, not {entry.crc:08x}"))
@@ -237,8 +382,8 @@ class WriteAheadLog:
     def key(self, entry: WalEntry) -> str | None:
         """The position key kept with the last element of ``entry`` (None: none)."""
         try:
-            with self._fs.open_input_file(self._path(entry.name)) as source:
-                metadata = ipc.open_file(source).schema.metadata or {}
+            metadata = ipc.open_file(pa.py_buffer(self._read_file(entry.name))
+                                     ).schema.metadata or {}
         except (pa.ArrowInvalid, OSError) as error:
             raise WalDamaged(self.location, entry, error) from error
         value = metadata.get(KEY_METADATA)
@@ -247,7 +392,7 @@ class WriteAheadLog:
     def set_aside(self, name: str) -> str:
         """Move the file ``name`` into ``torn/``, where nothing reads it; return its path."""
         target = self._path(f"{_TORN}/{name}")
-        self._fs.create_dir(self._path(_TORN), recursive=True)
+        self._make_dirs(self._path(_TORN))
         self._fs.move(self._path(name), target)
         return target
 
@@ -269,12 +414,26 @@ class WriteAheadLog:
         return moved
 
     def committed(self) -> int | None:
-        """The end offset last passed to :meth:`commit`, or ``None``."""
-        try:
-            with self._fs.open_input_stream(self._path(_COMMITTED)) as source:
-                return int(source.read().decode().strip())
-        except FileNotFoundError:
+        """The end offset last passed to :meth:`commit`, or ``None``.
+
+        Raises
+        ------
+        WalMarkDamaged
+            When the ``committed`` file holds anything but a non-negative whole number.
+        """
+        held = self._read_mark(_COMMITTED)
+        if held is None:
             return None
+        text = held.strip()
+        if not (text.isdigit() and text.isascii()):
+            raise WalMarkDamaged(
+                self.location, _COMMITTED, held,
+                "a non-negative whole number (the stream offset up to which Spark committed "
+                "the log's rows, written by this log alone)",
+                "Write there the end offset of the last batch that this query's checkpoint "
+                "committed, or delete the file: the log then counts as not yet claimed by a "
+                "checkpoint, and the next batch planned marks it again")
+        return int(text)
 
     # -- truncating ----------------------------------------------------------------------
 
@@ -305,8 +464,15 @@ class WriteAheadLog:
         """
         if self._local is None or self._lock_fd is not None:
             return
-        os.makedirs(self._local, exist_ok=True)
-        fd = os.open(os.path.join(self._local, _LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        self._make_dirs(self._local)
+        path = os.path.join(self._local, _LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, _FILE_MODE)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            raise OSError(error.errno, f"the write-ahead log's lock file {path!r} is a "
+                          "symbolic link, which it does not follow; remove the link") from None
         deadline = time.monotonic() + timeout
         pause = 0.01
         while True:
