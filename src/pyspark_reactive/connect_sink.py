@@ -78,6 +78,7 @@ _PUMP_RETRIES = 5
 # A reason longer than this is cut: it travels as a SQL literal and ends in an error text.
 _REASON_CHARS = 2000
 _MARK_VERSION = "pyspark-reactive connect sink 1"
+_PY4J_ERROR = "py4j.protocol.Py4JJavaError: An error occurred while calling"
 
 
 def new_token() -> str:
@@ -320,6 +321,9 @@ class ConnectStager:
         if kind == "stopped":
             raise _stopped(batch_id)  # in the words Spark takes for part of a stop
         reason = str(outcome.get("reason", ""))[:_REASON_CHARS]
+        # Spark takes an error for part of a stop when its text holds a Py4J error for an
+        # interruption (sink._STOP_MARK): only the stopped kind above may read so.
+        reason = reason.replace(_PY4J_ERROR, _PY4J_ERROR.removeprefix("py4j.protocol."))
         # The client's words are data: quoted under this function's own message.
         raise RuntimeError(
             f"ForeachBatchPublisher: batch {batch_id} was not delivered; the client that "

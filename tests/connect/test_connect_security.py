@@ -136,16 +136,23 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Fault injection in this (client) process: the first outcome mark the pump puts fails,
     # as a transient gRPC failure past the client's own retries would; the server is real.
-    put_mark = connect_sink._put_mark
+    # Only this test's publisher (the pumps of earlier tests may still be ending).
+    put_mark, new_token = connect_sink._put_mark, connect_sink.new_token
+    tokens: list[str] = []
     outcome_puts: list[str] = []
 
+    def recorded_token() -> str:
+        tokens.append(new_token())
+        return tokens[-1]
+
     def failing_once(session: Any, view: str, value: str, mac: str = "") -> None:
-        if view.endswith("_outcome"):
+        if tokens and view.startswith(f"{PREFIX}{tokens[0]}_") and view.endswith("_outcome"):
             outcome_puts.append(view)
             if len(outcome_puts) == 1:
                 raise ConnectionError("injected: the gRPC call failed (UNAVAILABLE)")
         put_mark(session, view, value, mac)
 
+    monkeypatch.setattr(connect_sink, "new_token", recorded_token)
     monkeypatch.setattr(connect_sink, "_put_mark", failing_once)
     df = reactive(spark, publisher="range", count=60, maxRecordsPerTrigger=30).load()
     publisher = publish(df, element="tuple", trigger={"availableNow": True},
@@ -156,3 +163,4 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
     assert subscriber.completed and subscriber.error is None
     assert sorted(v for (v,) in subscriber.elements) == list(range(60))  # each row once
     assert outcome_puts[:2] == [outcome_puts[0]] * 2 and outcome_puts[0].endswith("_0_outcome")
+
