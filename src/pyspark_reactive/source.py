@@ -619,10 +619,11 @@ class _QueryRun:
                 "call on_subscribe first (§1.9)")
 
     def reported(self) -> int | None:
-        """How far the publisher has got: the offset after the last element received."""
+        """How far the publisher has got: the offset after the last element received.
+        Elements left out (``badPayloads=skip``) take no offset, so they do not count."""
         if self.intake is None or self.buffer is None:
             return self.cursor
-        return self.intake.base + self.buffer.received
+        return self.intake.base + self.buffer.received - self.intake.skipped
 
     def _orphaned(self) -> bool:
         return os.getppid() != self.parent
