@@ -156,46 +156,37 @@ class _Mailbox(Source[Any]):
     def pull(self, n: int) -> tuple[Sequence[Any], Terminal | None]:
         publisher = self.publisher
         changed = publisher._changed
-        pieces = []
         with changed:
             if not self.placed and not self.place():
                 return (), None  # close() of the one leaving signals this emitter again
+            low = self.next
             if not self.deferred:
                 # The emitter pulls again only once every element of its last pull was
                 # signalled (or it pulls no more: see close()).
-                self.done = self.next
-            terminal = publisher._terminal if self.failure is None else self.failure
-            if terminal is not None:
+                self.done = low
+            if self.failure is not None or publisher._terminal is not None:
                 # Not yet taken: withdrawn, so the terminal signal follows at once.
                 self.step = None
-                return (), terminal
-            low, end = self.next, publisher._end_at
+                return (), publisher._terminal if self.failure is None else self.failure
             self.step_base = low
-            while n > 0 and low < end:
-                # The chunk of the last pull, while the window it was found in stands
-                # (a window is replaced, never emptied in place, when a batch begins or
-                # is withdrawn; trimming drops only chunks below every subscriber's next).
-                chunk = self.chunk
-                if self.window is not publisher._window or \
-                        not chunk[0] <= low < chunk[0] + len(chunk[1]):
-                    index = bisect.bisect_right(publisher._bases, low) - 1
-                    if index < 0:
-                        break  # withdrawn (an abandoned batch)
-                    self.window = publisher._window
-                    chunk = self.chunk = self.window[index]
-                base, items, make, batch_id = chunk
-                high = min(base + len(items), low + n)
-                if high <= low:
-                    break
-                pieces.append((items[low - base:high - base], make))
-                n -= high - low
-                low = high
+            end = publisher._end_at
+            high = low + n
+            base, items, make, _ = self.chunk
+            if n and high <= base + len(items) and base <= low and \
+                    self.window is publisher._window:
+                # The common case: within the chunk of the last pull, while the window it
+                # was found in stands (a window is replaced, never emptied in place, when
+                # a batch begins or is withdrawn; trimming drops only chunks below every
+                # subscriber's next).
+                pieces = [(items[low - base:n + low - base], make)]
+                self.next = high
+            else:
+                pieces = self._pieces(n, end) if n and low < end else []
             if pieces:
-                self.next = low
                 self.progress += 1
                 # On the subscription's thread, just before their on_next: what
                 # publisher.batch_id answers there (see ForeachBatchPublisher.batch_id).
-                publisher._delivering.batch_id = batch_id
+                publisher._delivering.batch_id = self.chunk[3]
             if self.next >= end:
                 changed.notify_all()  # the batch's thread may offer more, or finish
         # Outside the lock; made at most one step (64) at a time, each element lives from
@@ -210,6 +201,27 @@ class _Mailbox(Source[Any]):
                 step.extend(piece if make is None else map(make, piece))
         self.step = step
         return step, None
+
+    def _pieces(self, n: int, end: int) -> list[tuple[Sequence[Any], Any]]:
+        """Up to ``n`` elements from ``next`` on, across chunks; moves ``next``. Holding
+        the lock."""
+        publisher = self.publisher
+        low = self.next
+        pieces = []
+        while n > 0 and low < end:
+            index = bisect.bisect_right(publisher._bases, low) - 1
+            if index < 0:
+                break  # withdrawn (an abandoned batch)
+            self.window = publisher._window
+            base, items, make, _ = self.chunk = self.window[index]
+            high = min(base + len(items), low + n)
+            if high <= low:
+                break
+            pieces.append((items[low - base:high - base], make))
+            n -= high - low
+            low = high
+        self.next = low
+        return pieces
 
     def place(self) -> bool:
         """Start at the first element that no subscriber has taken, unless a subscriber
@@ -331,11 +343,23 @@ class ForeachBatchPublisher(Publisher[Any]):
     """A Publisher of a streaming query's rows; give it to ``writeStream.foreachBatch``.
 
     Every current subscriber receives every row of each micro-batch, in order, never more
-    than it requested. The batch function returns to Spark only when all of them have
-    taken the whole batch (or cancelled), so the slowest subscriber sets the pace of the
-    query. A subscriber that arrives while a batch is being delivered starts with the
-    next chunk of rows (at most ``chunk_rows`` rows later); one that arrives after the
-    stream ended gets the terminal signal at once.
+    than it requested. A row counts as taken by a subscriber once its ``on_next`` has
+    returned. The batch function returns to Spark only when every current subscriber has
+    taken the whole batch, so the slowest subscriber sets the pace of the query. A
+    subscriber that arrives while a batch is being delivered starts at the first row that
+    no subscriber has taken: after one that cancelled part way, exactly where that one
+    stopped, so each row goes to at least one subscriber and, from one sole subscriber to
+    the next, to exactly one. One that arrives after the stream ended gets the terminal
+    signal at once.
+
+    A transport whose ``on_next`` only sends a row on its way (a remote client's
+    connection) calls ``subscription.defer_confirmation()`` in ``on_subscribe``, before
+    its first ``request``, and then ``subscription.confirm(count)`` (from any thread) with
+    the number of rows signalled to it that the far end has received. Its rows count as
+    taken only once confirmed: the batch waits for them (``demand_timeout`` applies to a
+    subscriber that confirms nothing), and rows not confirmed when it leaves go to the
+    next subscriber, so they may reach the far end twice (at-least-once for rows in
+    flight), never not at all. This process keeps the batch's unconfirmed rows meanwhile.
 
     Each subscription signals on a thread of its own (§1.3: one signal at a time), never
     on the thread Spark calls the batch function on, which only waits. So however slow a
@@ -707,10 +731,14 @@ class ForeachBatchPublisher(Publisher[Any]):
             woken = []
             with self._changed:
                 self._check_stream()
+                end = self._end_at
+                if not finished and self._outlets and all(
+                        m.next >= end and m.placed and not m.closed for _, m in self._outlets):
+                    self._trim()  # the common case, once per chunk: everyone pulled it
+                    return
                 self._outlets = [(e, m) for e, m in self._outlets if not m.closed]
                 # One not yet placed takes part once it is; until then it holds nothing.
                 outlets = [(e, m) for e, m in self._outlets if m.placed]
-                end = self._end_at
                 if finished:
                     if self._taken_now() >= end and all(m.done >= end for _, m in outlets):
                         return
@@ -735,8 +763,13 @@ class ForeachBatchPublisher(Publisher[Any]):
 
     def _trim(self) -> None:
         """Let go of chunks no subscriber can be given any more. Holding the lock."""
+        window = self._window
+        if not window:
+            return
         low = min([self._taken_now()]
                   + [m.next for _, m in self._outlets if m.placed and not m.closed])
+        if window[0][0] + len(window[0][1]) > low:
+            return
         drop = 0
         for base, items, _, _ in self._window:
             if base + len(items) > low:
