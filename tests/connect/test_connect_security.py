@@ -164,3 +164,30 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
     assert sorted(v for (v,) in subscriber.elements) == list(range(60))  # each row once
     assert outcome_puts[:2] == [outcome_puts[0]] * 2 and outcome_puts[0].endswith("_0_outcome")
 
+
+_STRANGER = """
+import json, sys
+from pyspark.sql.connect.session import SparkSession
+
+try:
+    spark = SparkSession(connection="sc://" + sys.argv[1])  # no token of any kind
+    spark.release_session_on_close = False
+    print(json.dumps({"ran": spark.range(3).count()}))
+except Exception as error:
+    print(json.dumps({"error": f"{type(error).__name__}: {error}"[:600]}))
+"""
+
+
+def test_another_local_user_without_the_token_is_refused(spark: SparkSession) -> None:
+    from other_user import other_user_reason, run_as_other_user
+
+    reason = other_user_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    endpoint = spark.client._builder.endpoint  # type: ignore[attr-defined]
+    done = run_as_other_user(_STRANGER, endpoint, site_packages=True, timeout=90)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the other user: {done.stdout[-800:]} {done.stderr[-800:]}"
+    result = json.loads(lines[-1])
+    assert "ran" not in result, f"another uid ran a query with no token: {result}"
+    assert "UNAUTHENTICATED" in result["error"], result
