@@ -1107,9 +1107,12 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
     Notes
     -----
     Under Spark Connect the batch function runs on the server: each micro-batch is staged
-    there (persisted, named by a global temporary view) and fetched by this process through
-    its own session, a streamed chunk at a time; the batch function returns once the
-    subscribers here have taken it. Nothing connects from the server to this process.
+    there (persisted, named by a temporary view of the batch's session, which other
+    sessions of the server cannot see) and fetched by this process a partition at a time,
+    each checked against the batch function's signed count and digest before its rows are
+    offered; the batch function returns once the subscribers here have taken it and this
+    process has put a mark signed with the query's key (which lives only here and in the
+    pickled batch function). Nothing connects from the server to this process.
     """
     publisher = ForeachBatchPublisher(element=element, chunk_rows=chunk_rows,
                                       when_unsubscribed=when_unsubscribed,
