@@ -28,6 +28,8 @@ LOG4J_FILE = "log4j2.properties"
 _LOG4J_OPTION = "-Dlog4j2.configurationFile"
 # Where local_connect_session() may listen: this machine only, reached as "localhost".
 _LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
+# pyspark's own variable for a Connect server's token (read by the server, see below).
+_TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 
 
 def local_session(
@@ -127,7 +129,9 @@ def local_connect_session(
     machine, and a client of the server reads files and runs Python as you. The token is
     random, 256 bits, made here for each server, and held only by the server and the
     session returned (and the sessions made from it, such as ``newSession()``): it is not
-    put in the environment, logged or shown in an error. A token you choose is used instead
+    logged or shown in an error, and it reaches the server through the server's own
+    environment (which only you can read), not its command line or this process's
+    environment. A token you choose is used instead
     when ``conf`` holds ``spark.connect.authenticate.token`` or the environment variable
     ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's own) is set, in that order.
 
@@ -192,10 +196,22 @@ def local_connect_session(
         "spark.sql.artifact.isolation.enabled": "true",
         "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
     }
-    # The token last: a server that asks for none is never started from here.
-    local_session(app_name, master,
-                  {**server, **conf, "spark.connect.authenticate.token": token},
-                  conf_dir=conf_dir)
+    # The token reaches the server through its environment, never its conf: pyspark hands
+    # every conf entry to spark-submit as "--conf key=value", so it would stand in the
+    # JVM's command line, which every user of the machine reads (ps, /proc/PID/cmdline);
+    # a process's environment only its owner reads. Spark's server takes the variable when
+    # its conf has no token (so the caller's conf token is moved there too). It is set
+    # for the launch only: this process's later children do not inherit it.
+    conf.pop("spark.connect.authenticate.token", None)
+    previous = os.environ.get(_TOKEN_VARIABLE)
+    os.environ[_TOKEN_VARIABLE] = token
+    try:
+        local_session(app_name, master, {**server, **conf}, conf_dir=conf_dir)
+    finally:
+        if previous is None:
+            del os.environ[_TOKEN_VARIABLE]
+        else:
+            os.environ[_TOKEN_VARIABLE] = previous
     # pyspark.sql.functions and friends build Connect columns only in Connect mode, which
     # the classic server in this process would otherwise hide (pyspark's own local
     # Connect server sets this too).
@@ -215,8 +231,7 @@ def _connect_token(conf: Mapping[str, str]) -> str:
 
     for where, given in (("conf['spark.connect.authenticate.token']",
                           conf.get("spark.connect.authenticate.token")),
-                         ("SPARK_CONNECT_AUTHENTICATE_TOKEN",
-                          os.environ.get("SPARK_CONNECT_AUTHENTICATE_TOKEN"))):
+                         (_TOKEN_VARIABLE, os.environ.get(_TOKEN_VARIABLE))):
         if given is None:
             continue
         # Never the value itself in the message: it is a secret, even when wrong.

@@ -76,6 +76,27 @@ def test_a_client_without_the_token_is_refused(spark: SparkSession) -> None:
     assert token not in repr(spark) and token not in repr(spark.client)
 
 
+def test_no_command_line_and_not_this_process_environment_holds_the_token(
+        spark: SparkSession) -> None:
+    # Every user of the machine reads every process's command line (ps, /proc/PID/cmdline),
+    # the server's JVM's among them.
+    import os
+
+    token = spark.client._builder.token  # type: ignore[attr-defined]
+    assert token
+    shown = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                line = handle.read()
+        except OSError:
+            continue  # ended meanwhile
+        if token.encode() in line:
+            shown.append(line.split(b"\0")[0].decode(errors="replace"))
+    assert not shown, f"the Connect token stands in the command line of {shown}"
+    assert token not in os.environ.values()
+
+
 def test_other_sessions_cannot_see_the_staged_batch_and_a_forgery_fails_it(
         spark: SparkSession, tmp_path: Path) -> None:
     publisher, subscriber = held_at_first_row(spark, tmp_path)
