@@ -22,6 +22,7 @@ from rs_support import Recorder
 from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient
 from rsocket_raw import (
     ERROR,
+    F_FOLLOWS,
     INVALID_SETUP,
     KEEPALIVE,
     PAYLOAD,
@@ -29,6 +30,7 @@ from rsocket_raw import (
     REQUEST_STREAM,
     RawPeer,
     error_of,
+    frame,
     keepalive,
     payload,
     request_stream,
@@ -131,10 +133,14 @@ def test_the_opt_out_serves_anyone_and_arguments_are_checked() -> None:
 # -- bounded memory ------------------------------------------------------------------------
 
 
-def test_fragments_of_a_stream_never_opened_are_dropped_with_flat_memory(numbers: Any) -> None:
+@pytest.mark.parametrize("stream_id", [1, 0], ids=["never-opened", "stream-0"])
+def test_fragments_of_a_stream_never_opened_are_dropped_with_flat_memory(
+        numbers: Any, stream_id: int) -> None:
     peer = RawPeer.connect(numbers.port)
     peer.send(setup(numbers.token))
-    piece = payload(1, b"A" * (1 << 20), follows=True)
+    # Stream 0 is the connection's own: no payload belongs there, and rsocket-py would
+    # keep its fragments for ever.
+    piece = payload(stream_id, b"A" * (1 << 20), follows=True)
     before = rss_mib()
     for _ in range(64):  # 64 MiB of one payload's fragments, on a stream never opened
         peer.send(piece)
@@ -149,6 +155,33 @@ def test_fragments_of_a_stream_never_opened_are_dropped_with_flat_memory(numbers
     peer.send(request_stream(3, 2))
     assert [peer.next_of(PAYLOAD)[2] for _ in range(2)] == [b"0", b"1"]
     peer.close()
+
+
+def test_empty_fragments_beginning_payloads_on_many_streams_are_bounded_too() -> None:
+    # Each REQUEST_STREAM fragment holds no byte that the cap counts, yet keeping it costs
+    # the serving process hundreds of bytes: 12 bytes on the wire each, 100,000 of them
+    # would hold some 60 MiB. The connection is cut once their bookkeeping passes the cap.
+    with serve(RangePublisher(0, 10), encode=encode, max_payload_bytes=1 << 20) as service:
+        peer = RawPeer.connect(service.port)
+        peer.send(setup(service.token) + keepalive(b"admitted"))
+        assert peer.next_of(KEEPALIVE)[2][8:] == b"admitted"
+        [connection] = service._connections
+        fragments = b"".join(frame(2 * i + 1, REQUEST_STREAM, F_FOLLOWS, struct.pack(">I", 1))
+                             for i in range(100_000))
+        try:
+            peer.send(fragments)
+        except OSError:
+            pass  # cut off while sending
+        wait_until(lambda: connection.disconnected is not None, "the connection cut off")
+        assert re.fullmatch(r"the peer keeps too many fragments in progress \(stream \d+\): "
+                            r"\d+ payloads begun in fragments, whose \d+ bytes of "
+                            r"bookkeeping would pass max_payload_bytes=1048576",
+                            connection.disconnected), connection.disconnected
+        assert len(connection._partials) == 0
+        peer.close()
+        # The service serves others on.
+        assert collect(RSocketPublisher("127.0.0.1", service.port, decode=int,
+                                        token=service.token), timeout=30) == list(range(10))
 
 
 class HostileServer:

@@ -273,16 +273,31 @@ class _BoundedTCP(_BaseTCP):  # type: ignore[misc]
         self._writer.transport.abort()
 
 
+# What holding fragments costs besides their bytes, counted (apart from the bytes) against
+# max_payload_bytes: a payload begun (its first frame, this record, the dict's entry), and
+# each piece kept (a bytes object and its list entry). Without it, empty or one-byte
+# fragments would hold hundreds of bytes each for the few that the cap counts.
+_PARTIAL_COST = 1024
+_PIECE_COST = 64
+
+
+def _fragment_cost(frame: Any) -> tuple[int, int]:
+    """The bytes of a fragment and what keeping them costs besides."""
+    data, metadata = frame.data or b"", frame.metadata or b""
+    return len(data) + len(metadata), _PIECE_COST * ((1 if data else 0) + (1 if metadata else 0))
+
+
 class _Partial:
     """A payload arriving in fragments: its first frame and the pieces after it."""
 
-    __slots__ = ("data", "first", "metadata", "size")
+    __slots__ = ("cost", "data", "first", "metadata", "size")
 
     def __init__(self, first: Any) -> None:
         self.first = first
         self.data: list[bytes] = []
         self.metadata: list[bytes] = []
         self.size = 0
+        self.cost = _PARTIAL_COST
         self.add(first)
 
     def add(self, frame: Any) -> None:
@@ -291,7 +306,9 @@ class _Partial:
             self.data.append(data)
         if metadata:
             self.metadata.append(metadata)
-        self.size += len(data) + len(metadata)
+        size, cost = _fragment_cost(frame)
+        self.size += size
+        self.cost += cost
 
     def whole(self, last: Any) -> Any:
         frame = self.first
@@ -327,6 +344,7 @@ class _Guarded:
         self.peak_buffered = 0  # the most fragment bytes held at once
         self._partials: dict[int, _Partial] = {}
         self._buffered = 0
+        self._bookkeeping = 0  # what the fragments held cost besides their bytes
         self._queued = 0
         self._closing_task: asyncio.Task[None] | None = None
 
@@ -348,7 +366,7 @@ class _Guarded:
             return
         self.disconnected = reason
         self._partials.clear()
-        self._buffered = 0
+        self._buffered = self._bookkeeping = 0
         self._violated(reason)
         self.guard_transport.abort()
         self._closing_task = asyncio.get_running_loop().create_task(self._close_quietly())
@@ -386,19 +404,25 @@ class _Guarded:
         if self.disconnected is not None:
             return
         stream_id = getattr(frame, "stream_id", 0)
+        if not stream_id and getattr(frame, "flags_follows", False):
+            # A fragment on stream 0 belongs to no stream: rsocket-py would keep it, and
+            # every one after it, for ever.
+            self.frames_dropped += 1
+            return
         partial = self._partials.get(stream_id) if stream_id else None
         if partial is not None:
             if not isinstance(frame, _frame.PayloadFrame):
                 self.disconnect(f"the peer sent a {type(frame).__name__} on stream "
                                 f"{stream_id} amid the fragments of a payload")
                 return
-            if not self._hold(frame, stream_id):
+            if not self._hold(frame, stream_id, begins=False):
                 return
             partial.add(frame)
             if frame.flags_follows:
                 return
             del self._partials[stream_id]
             self._buffered -= partial.size
+            self._bookkeeping -= partial.cost
             frame = partial.whole(frame)
         elif stream_id and not isinstance(frame, _frame.initiate_request_frame_types):
             if stream_id not in self._stream_control._streams:
@@ -411,23 +435,32 @@ class _Guarded:
                 if refused is not None:
                     self.disconnect(refused)
                     return
-                if self._hold(frame, stream_id):
+                if self._hold(frame, stream_id, begins=True):
                     self._partials[stream_id] = _Partial(frame)
                 return
         elif stream_id and getattr(frame, "flags_follows", False):
-            if self._hold(frame, stream_id):  # a request arriving in fragments
+            if self._hold(frame, stream_id, begins=True):  # a request arriving in fragments
                 self._partials[stream_id] = _Partial(frame)
             return
         await super()._handle_next_frame(frame, handlers)  # type: ignore[misc]
 
-    def _hold(self, frame: Any, stream_id: int) -> bool:
-        size = len(frame.data or b"") + len(frame.metadata or b"")
+    def _hold(self, frame: Any, stream_id: int, begins: bool) -> bool:
+        size, cost = _fragment_cost(frame)
+        if begins:
+            cost += _PARTIAL_COST
         if self._buffered + size > self.max_payload_bytes:
             self.disconnect(f"the peer sent more than max_payload_bytes="
                             f"{self.max_payload_bytes} bytes of fragmented payload (stream "
                             f"{stream_id}): a payload that large is not taken")
             return False
+        if self._bookkeeping + cost > self.max_payload_bytes:
+            self.disconnect(f"the peer keeps too many fragments in progress (stream "
+                            f"{stream_id}): {len(self._partials)} payloads begun in "
+                            f"fragments, whose {self._bookkeeping} bytes of bookkeeping "
+                            f"would pass max_payload_bytes={self.max_payload_bytes}")
+            return False
         self._buffered += size
+        self._bookkeeping += cost
         self.peak_buffered = max(self.peak_buffered, self._buffered)
         return True
 
