@@ -288,6 +288,21 @@ def test_streams_per_connection_and_connections_per_service_are_capped() -> None
         peer.close()
 
 
+def test_connections_that_send_no_setup_do_not_keep_a_client_with_the_token_out() -> None:
+    with serve(RangePublisher(0, 3), encode=encode, max_connections=2) as service:
+        # Anyone can connect to 127.0.0.1: twice the cap of connections that say nothing.
+        idle = [RawPeer.connect(service.port) for _ in range(4)]
+        wait_until(lambda: len(service._connections) == 4, "the idle connections")
+        # The client with the token is served at once, not after their SETUP_TIMEOUT.
+        assert collect(RSocketPublisher("127.0.0.1", service.port, decode=int,
+                                        token=service.token), timeout=5) == [0, 1, 2]
+        # The oldest of them made room.
+        with pytest.raises((EOFError, ConnectionResetError)):
+            idle[0].next()
+        for peer in idle:
+            peer.close()
+
+
 # -- honest delivery -----------------------------------------------------------------------
 
 

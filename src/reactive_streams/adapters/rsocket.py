@@ -103,8 +103,9 @@ _CANCEL_WRITE_S = 2.0
 #: reassembled from fragments, by default: 4 MiB. A frame longer than this (plus 1 KiB of
 #: headers) is refused as soon as its length is read, before it is buffered.
 DEFAULT_MAX_PAYLOAD_BYTES: Final[int] = 4 << 20
-#: Connections a service keeps at once by default (those still in their handshake
-#: included); one more is refused with an ERROR frame (REJECTED_SETUP).
+#: Connections a service admits at once by default; one more is refused with an ERROR
+#: frame (REJECTED_SETUP). Of those not yet admitted, the oldest goes when twice as many
+#: connections are open.
 DEFAULT_MAX_CONNECTIONS: Final[int] = 64
 #: Streams a service serves on one connection at once by default; one more gets an ERROR.
 DEFAULT_MAX_STREAMS: Final[int] = 256
@@ -1141,11 +1142,21 @@ class RSocketService:
         self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._closed or len(self._connections) >= 2 * self.max_connections:
-            # Past twice the cap (the refused ones linger a moment for their ERROR frame),
-            # a connection is closed unanswered.
+        if self._closed:
             writer.transport.abort()
             return
+        if len(self._connections) >= 2 * self.max_connections:
+            # Past twice the cap, the oldest connection not admitted goes (at most
+            # max_connections are admitted, so there is one), not the new one: anyone
+            # may connect to 127.0.0.1, and connections that never send a SETUP must not
+            # keep the clients that have the token out until their SETUP_TIMEOUT.
+            pending = [c for c in self._connections
+                       if not c.admitted and c.disconnected is None]
+            if not pending:
+                writer.transport.abort()
+                return
+            min(pending, key=lambda c: c.opened).disconnect(
+                "refused: not admitted while newer connections waited (max_connections)")
         transport = _BoundedTCP(reader, writer, _SETUP_FRAME_LIMIT,
                                 lambda length: connection.frame_too_long(length))
         connection = _ServeConnection(self, transport)
@@ -1305,7 +1316,8 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
         connection. Fragments of streams that are not open are dropped.
     max_connections : int
         Connections served at once (default 64); one more is refused (REJECTED_SETUP).
-        A connection must send its SETUP within 10 s (:data:`SETUP_TIMEOUT`).
+        A connection must send its SETUP within 10 s (:data:`SETUP_TIMEOUT`); with twice
+        this many open, a new one closes the oldest that has not been admitted.
     max_streams : int
         Streams served at once on one connection (default 256); one more gets an ERROR.
 
@@ -1382,7 +1394,8 @@ class _ServeConnection(_Guarded, _BaseServer):  # type: ignore[misc]
         self._init_guard(transport, service.max_payload_bytes)
         self.admitted = False
         self.refused: str | None = None
-        self.last_keepalive = time.monotonic()  # the connection's start counts as one
+        self.opened = time.monotonic()
+        self.last_keepalive = self.opened  # the connection's start counts as one
         self.keepalive_interval = 0.0  # the client's, from its SETUP frame
         self._probe: tuple[bytes, dict[_ServedStream, int]] | None = None
         self._probe_waiting: set[_ServedStream] = set()
