@@ -56,7 +56,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .sink import _STOP_MARK, HEARTBEAT_S, ForeachBatchPublisher, _stopped, configure_writer
 
@@ -70,7 +69,6 @@ _PREFIX = "reactive_sink_"
 _PART = "__reactive_partition"
 # The column the client adds to each fetched partition: each row's digest, computed by the
 # server in the very query that returns the row.
-_HASH = "__reactive_digest"
 # How often each side looks at the other's views: a round trip to the server each time.
 POLL_S = 0.05
 # Consecutive failed looks at the server after which the pump gives up.
@@ -527,21 +525,35 @@ class ConnectPump:
         frame = session.table(view)
         if frame.schema.json() != staged["schema"]:
             raise RuntimeError(altered + "its columns differ")
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         digest = _digest(list(staged["digested"]))
         for part, count, low, high in staged["parts"]:
             # Read whole, and checked, before its rows are offered: the client holds one
-            # partition, and no result stays half-read on the server meanwhile.
+            # partition, and no result stays half-read on the server meanwhile. The count
+            # and digest are observed by the very query that returns the rows (metrics
+            # come with its result), so what is checked is what arrived, and no digest
+            # column travels with the rows (narrow rows: half the bytes).
+            seen = Observation(f"reactive_sink_check_{uuid.uuid4().hex}")
             table = (frame.where(frame[_PART] == part).drop(_PART)
-                     .withColumn(_HASH, digest).toArrow())
-            hashes = table.column(_HASH)
-            got = [part, table.num_rows,
-                   pc.sum(pc.bit_wise_and(hashes, 0xFFFFFFFF)).as_py() or 0,
-                   pc.sum(pc.shift_right(hashes, 32)).as_py() or 0]
-            if got != [part, count, low, high]:
+                     .observe(seen, F.count(F.lit(1)).alias("n"),
+                              F.sum(digest.bitwiseAND(F.lit(0xFFFFFFFF))).alias("low"),
+                              F.sum(F.shiftright(digest, 32)).alias("high"))
+                     .toArrow())
+            metrics = seen.get
+            if "n" not in metrics:
+                raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
+                                   f"the server returned no observed metrics for partition "
+                                   f"{part}, so its rows could not be checked against what "
+                                   "was staged")
+            got = [part, int(metrics.get("n") or 0), int(metrics.get("low") or 0),
+                   int(metrics.get("high") or 0)]
+            if got != [part, count, low, high] or table.num_rows != count:
                 raise RuntimeError(altered + f"partition {part} holds other rows "
                                    f"({table.num_rows} against {count} staged, or other values)")
             received.append(got)
-            yield from table.drop_columns([_HASH]).to_batches()
+            yield from table.to_batches()
 
     def _session(self, session_id: str) -> Any:
         """The session the batch is bound to: the client's, or the query's clone of it."""
