@@ -23,6 +23,7 @@ from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient
 from rsocket_raw import (
     ERROR,
     F_FOLLOWS,
+    F_NEXT,
     INVALID_SETUP,
     KEEPALIVE,
     PAYLOAD,
@@ -214,14 +215,25 @@ class HostileServer:
         assert not self._thread.is_alive()
 
 
+def _send_in_pieces(peer: RawPeer, stream_id: int, size: int) -> None:
+    """One PAYLOAD frame of ``size`` bytes of data, its header first, then 64 KiB at a
+    time, so that the sender never holds the frame whole."""
+    peer.send(struct.pack(">I", 6 + size)[1:]
+              + struct.pack(">IH", stream_id, (PAYLOAD << 10) | F_NEXT))
+    piece = bytes(1 << 16)
+    for _ in range(size // len(piece)):
+        peer.send(piece)
+
+
 @pytest.mark.parametrize(("answer", "message"), [
     # One payload in endless 256 KiB fragments, against a cap of 1 MiB.
     (lambda peer, stream, n: [peer.send(payload(stream, bytes(1 << 18), follows=True))
                               for _ in range(64)],
      "connection cut: the peer sent more than max_payload_bytes=1048576 bytes of fragmented "
      r"payload \(stream 1\): a payload that large is not taken"),
-    # One frame over the cap: refused from its header, before it is read.
-    (lambda peer, stream, n: peer.send(payload(stream, bytes(8 << 20))),
+    # One frame over the cap: refused from its header, before it is read. (Sent a piece at
+    # a time: this hostile server shares the process whose memory is measured.)
+    (lambda peer, stream, n: _send_in_pieces(peer, stream, 8 << 20),
      "connection cut: the peer sent a frame of 8388614 bytes, over the 1049600 taken "
      r"\(max_payload_bytes=1048576\)"),
     # The first fragment of a second payload, with a demand of 1.
