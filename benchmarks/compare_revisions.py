@@ -26,8 +26,11 @@ import time
 from pathlib import Path
 
 NEW = Path(__file__).resolve().parent.parent
-# "(b) publisher=rsocket into Spark (noop): 123,456 rows/s": label, then the figure.
-FIGURE = re.compile(r"^\s*(?P<label>\([a-z]\)[^:]*):\s*(?P<value>[\d,]+(?:\.\d+)?) rows/s")
+# "(b) publisher=rsocket into Spark (noop): 123,456 rows/s" (rsocket_throughput and the
+# like) or "  connect     123,456 rows/s  query ..." (connect_publish_throughput): a label,
+# then the figure.
+FIGURE = re.compile(r"^\s*(?:(?P<label>\([a-z]\)[^:]*):|(?P<word>[a-z]+))\s+"
+                    r"(?P<value>[\d,]+(?:\.\d+)?) rows/s")
 
 
 def run(tree: Path, script: str, args: list[str], timeout: float) -> dict[str, float]:
@@ -44,9 +47,10 @@ def run(tree: Path, script: str, args: list[str], timeout: float) -> dict[str, f
     for line in done.stdout.splitlines():
         match = FIGURE.match(line)
         if match:
-            figures[match["label"].strip()] = float(match["value"].replace(",", ""))
+            label = (match["label"] or match["word"]).strip()
+            figures[label] = float(match["value"].replace(",", ""))
     if not figures:
-        raise SystemExit(f"compare_revisions: no '(x) label: N rows/s' line in the output of "
+        raise SystemExit(f"compare_revisions: no 'label: N rows/s' line in the output of "
                          f"{tree}/benchmarks/{script}:\n{done.stdout[-2000:]}")
     return figures
 
