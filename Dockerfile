@@ -19,7 +19,7 @@ COPY spark-conf/ spark-conf/
 COPY src/ src/
 # Editable, so local_session() reads ./spark-conf, which docker-compose.yml mounts from the
 # repository over the copy above.
-RUN pip install --no-cache-dir "pyspark==${PYSPARK_VERSION}" --editable ".[notebooks]" \
+RUN pip install --no-cache-dir "pyspark==${PYSPARK_VERSION}" --editable ".[spark,notebooks]" \
         "jupyterlab>=4,<5"
 
 # The master and worker read spark-defaults.conf and log4j2.properties from here too.

@@ -11,13 +11,42 @@ Out: :func:`publish` and :class:`ForeachBatchPublisher` make a query's output a 
 ``pyarrow.RecordBatch`` elements, which the source takes whole.
 """
 
-from .arrow_elements import arrow_batches
-from .foreach_writer import SubscriberForeachWriter
-from .options import OptionError
-from .remote import expose, serve_publisher
-from .session import local_session
-from .sink import ForeachBatchPublisher, SparkConnectNotSupported, publish
-from .source import DefaultSource, read_stream
+def _require_pyspark() -> None:
+    """Fail at import, saying what to install, where no PySpark 4 can be imported: the
+    package does not depend on pyspark (a Databricks Runtime and Databricks Connect carry
+    their own, which pip cannot see), so nothing else would say so before a deep
+    ``ImportError``."""
+    how = ("Install one of:\n"
+           "  - OSS Spark: pip install 'pyspark-reactive[spark]' (or "
+           "'pyspark-reactive[connect]' for a Spark Connect client);\n"
+           "  - Databricks Connect: pip install 'databricks-connect>=17' (it carries its "
+           "own pyspark), then pip install pyspark-reactive;\n"
+           "  - a Databricks notebook: %pip install pyspark-reactive on a runtime with "
+           "Spark 4 (Databricks Runtime 17 or newer, or serverless), which provides "
+           "pyspark.\n"
+           "reactive_streams (the Reactive Streams core) works without pyspark.")
+    try:
+        import pyspark
+    except ImportError as error:
+        raise ImportError(f"pyspark_reactive needs PySpark 4.0 or newer, and none can be "
+                          f"imported ({error}). {how}") from None
+    version = str(getattr(pyspark, "__version__", ""))
+    major = version.split(".")[0]
+    if not major.isdigit() or int(major) < 4:
+        raise ImportError(f"pyspark_reactive needs PySpark 4.0 or newer, and the pyspark "
+                          f"imported is {version or 'of unknown version'} (from "
+                          f"{getattr(pyspark, '__file__', '?')}). {how}")
+
+
+_require_pyspark()
+
+from .arrow_elements import arrow_batches  # noqa: E402 - after the check, which says why
+from .foreach_writer import SubscriberForeachWriter  # noqa: E402
+from .options import OptionError  # noqa: E402
+from .remote import expose, serve_publisher  # noqa: E402
+from .session import local_session  # noqa: E402
+from .sink import ForeachBatchPublisher, SparkConnectNotSupported, publish  # noqa: E402
+from .source import DefaultSource, read_stream  # noqa: E402
 
 __all__ = [
     "DefaultSource",

@@ -58,3 +58,16 @@ def test_no_module_of_the_package_imports_spark() -> None:
 
 def test_ships_py_typed() -> None:
     assert (PACKAGE / "py.typed").is_file()
+
+
+def test_the_connector_without_pyspark_says_what_to_install(bare_python: Path) -> None:
+    # pyspark is not a dependency (Databricks carries its own): the import says what to do.
+    result = _run(bare_python, "import pyspark_reactive")
+    assert result.returncode != 0
+    error = next((line for line in result.stderr.splitlines()
+                  if line.startswith("ImportError")), "")
+    assert error.startswith("ImportError: pyspark_reactive needs PySpark 4.0 or newer, and "
+                            "none can be imported (No module named 'pyspark')"), result.stderr
+    for how in ("pip install 'pyspark-reactive[spark]'", "databricks-connect",
+                "%pip install pyspark-reactive", "reactive_streams"):
+        assert how in result.stderr, how
