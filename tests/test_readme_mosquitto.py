@@ -14,31 +14,13 @@ from pathlib import Path
 import mosquitto
 import pytest
 
-from reactive_streams import Subscriber, Subscription, collect
+from reactive_streams import collect
 from reactive_streams.adapters.mqtt import MqttPublisher
 
 pytest.importorskip("paho.mqtt.client")
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 QUEUED = 3000  # past mosquitto's default max_queued_messages (1000)
-
-
-class _Idle(Subscriber[object]):
-    """Makes the session (connect, subscribe) and asks for nothing."""
-
-    subscription: Subscription | None = None
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self.subscription = subscription
-
-    def on_next(self, element: object) -> None:
-        raise AssertionError(f"nothing was requested, yet {element!r} arrived")
-
-    def on_error(self, error: BaseException) -> None:
-        raise AssertionError(f"the session failed: {error!r}")
-
-    def on_complete(self) -> None:
-        pass
 
 
 def _broker_config() -> str:
@@ -62,13 +44,8 @@ def test_the_readme_broker_config_drops_nothing_queued_while_the_reader_is_down(
         topic = f"readme/{uuid.uuid4().hex[:8]}"
         client_id = f"readme-{uuid.uuid4().hex[:8]}"
         # The persistent session, subscribed once, then left with nobody connected.
-        session: MqttPublisher[object] = MqttPublisher(broker.host, topic, port=broker.port,
-                                                       client_id=client_id)
-        idle = _Idle()
-        session.subscribe(idle)
-        assert session.wait_subscribed(20), "no SUBACK"
-        assert idle.subscription is not None
-        idle.subscription.cancel()
+        client_id = mosquitto.persistent_session(broker, topic,
+                                                 f"readme-{uuid.uuid4().hex[:8]}")
         mosquitto.publish(broker.host, broker.port, topic,
                           (b"%d" % i for i in range(QUEUED)), qos=1, timeout=60)
         reader = MqttPublisher(broker.host, topic, port=broker.port, client_id=client_id,

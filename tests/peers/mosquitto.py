@@ -30,7 +30,7 @@ from pathlib import Path
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
-__all__ = ["Broker", "free_port", "publish", "version"]
+__all__ = ["Broker", "free_port", "persistent_session", "publish", "version"]
 
 
 def free_port() -> int:
@@ -182,6 +182,44 @@ class Broker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def persistent_session(broker: Broker, topic: str, client_id: str | None = None) -> str:
+    """Make a session subscribed to ``topic`` that the broker keeps queueing for (as the
+    project's ``MqttPublisher`` makes it, then left with nobody connected); return its
+    client id."""
+    import uuid
+
+    from reactive_streams import Subscriber, Subscription
+    from reactive_streams.adapters.mqtt import MqttPublisher
+
+    class Idle(Subscriber[object]):
+        """Subscribes and asks for nothing."""
+
+        subscription: Subscription | None = None
+        error: BaseException | None = None
+
+        def on_subscribe(self, subscription: Subscription) -> None:
+            self.subscription = subscription
+
+        def on_next(self, element: object) -> None:
+            raise AssertionError(f"nothing was requested, yet {element} arrived")
+
+        def on_error(self, error: BaseException) -> None:
+            self.error = error
+
+        def on_complete(self) -> None:
+            pass
+
+    client_id = client_id or f"spark-{uuid.uuid4().hex[:8]}"
+    probe: MqttPublisher[object] = MqttPublisher(broker.host, topic, port=broker.port,
+                                                 client_id=client_id)
+    subscriber = Idle()
+    probe.subscribe(subscriber)
+    assert probe.wait_subscribed(20), subscriber.error or "no SUBACK"
+    assert subscriber.subscription is not None
+    subscriber.subscription.cancel()
+    return client_id
 
 
 def publish(host: str, port: int, topic: str, payloads: Iterable[bytes | str], *,

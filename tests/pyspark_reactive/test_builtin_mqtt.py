@@ -15,7 +15,6 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import mosquitto
 import psutil
@@ -35,7 +34,7 @@ from pyspark_reactive.builtin_mqtt import (
 )
 from pyspark_reactive.options import OptionError
 from pyspark_reactive.rows import Undecodable
-from reactive_streams import Subscriber, Subscription, collect
+from reactive_streams import collect
 from reactive_streams.adapters.mqtt import MqttMessage, MqttPublisher
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source
@@ -45,37 +44,6 @@ __all__ = ["queries", "watch"]  # fixtures shared with test_source
 def broker() -> Iterator[mosquitto.Broker]:
     with mosquitto.Broker() as running:
         yield running
-
-
-class _Idle(Subscriber[Any]):
-    """Subscribes and asks for nothing."""
-
-    subscription: Subscription | None = None
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self.subscription = subscription
-
-    def on_next(self, element: Any) -> None:
-        raise AssertionError(f"nothing was requested, yet {element} arrived")
-
-    def on_error(self, error: BaseException) -> None:
-        self.error = error
-
-    def on_complete(self) -> None:
-        pass
-
-
-def _persistent_session(broker: mosquitto.Broker, topic: str) -> str:
-    """Make a session subscribed to ``topic`` that the broker keeps queueing for."""
-    client_id = f"spark-{uuid.uuid4().hex[:8]}"
-    probe: MqttPublisher[Any] = MqttPublisher(broker.host, topic, port=broker.port,
-                                              client_id=client_id)
-    subscriber = _Idle()
-    probe.subscribe(subscriber)
-    assert probe.wait_subscribed(10), getattr(subscriber, "error", "no SUBACK")
-    assert subscriber.subscription is not None
-    subscriber.subscription.cancel()
-    return client_id
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -104,7 +72,7 @@ def test_json_payloads_into_the_schema_each_once_acknowledged_once_logged(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         broker: mosquitto.Broker, tmp_path: Path) -> None:
     topic = f"spark/json/{uuid.uuid4().hex[:8]}"
-    client_id = _persistent_session(broker, topic)
+    client_id = mosquitto.persistent_session(broker, topic)
     count = 500
     payloads = [json.dumps({"id": i, "name": f"n{i}"}) for i in range(count)]
     # badPayloads=skip: these are left out, and acknowledged like the rest.
@@ -130,7 +98,7 @@ def test_message_columns_without_a_log_acknowledged_once_committed(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         broker: mosquitto.Broker, tmp_path: Path) -> None:
     topic = f"spark/columns/{uuid.uuid4().hex[:8]}"
-    client_id = _persistent_session(broker, f"{topic}/+")
+    client_id = mosquitto.persistent_session(broker, f"{topic}/+")
     before = datetime.datetime.now()
     mosquitto.publish(broker.host, broker.port, f"{topic}/a", [b"\x00", b"\x01"])
     df = reactive(spark, publisher="mqtt", host=broker.host, port=broker.port,

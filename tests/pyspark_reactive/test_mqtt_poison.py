@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructType
 from streaming import ProgressWatch
-from test_builtin_mqtt import _first_messages, _persistent_session, broker
+from test_builtin_mqtt import _first_messages, broker
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive.demand_buffer import DemandBuffer
@@ -40,7 +40,7 @@ def test_skip_leaves_out_what_cannot_become_a_row_and_acknowledges_it(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         broker: mosquitto.Broker, tmp_path: Path) -> None:
     topic = f"poison/skip/{uuid.uuid4().hex[:8]}"
-    client_id = _persistent_session(broker, topic)
+    client_id = mosquitto.persistent_session(broker, topic)
     payloads: list[bytes] = []
     for i, bad in enumerate(POISON):
         payloads += [json.dumps({"id": i}).encode(), bad]
@@ -72,7 +72,7 @@ def test_fail_names_the_offset_and_the_reason(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         broker: mosquitto.Broker, tmp_path: Path) -> None:
     topic = f"poison/fail/{uuid.uuid4().hex[:8]}"
-    client_id = _persistent_session(broker, topic)
+    client_id = mosquitto.persistent_session(broker, topic)
     mosquitto.publish(broker.host, broker.port, topic, [b'{"id": 0}', b'{"id": 1}', NESTED])
     df = reactive(spark, publisher="mqtt", host=broker.host, port=broker.port, topic=topic,
                   clientId=client_id, format="json").schema("id BIGINT").load()
