@@ -121,39 +121,40 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
                             data_mime_type=mime_type, keepalive_timeout=timeout,
                             keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4),
-                            token=token, max_payload_bytes=(DEFAULT_MAX_PAYLOAD_BYTES
-                                                            if max_payload is None
-                                                            else max_payload))
+                            token=token,
+                            max_payload_bytes=max_payload or DEFAULT_MAX_PAYLOAD_BYTES)
 
 
 # RSocket over TCP gives a frame a 3-byte length.
 _MAX_FRAME_BYTES = (1 << 24) - 1
 # A token is never shown, in errors either.
 _HIDDEN = "(hidden)"
-# A token file holds one token: more than this is a wrong path.
-_TOKEN_FILE_BYTES = 1 << 12
 
 
 def _token(token: str | None, path: str | None) -> str | None:
+    from reactive_streams.adapters.rsocket import MAX_TOKEN_BYTES  # the adapter's limit
+
     if path is not None:
         if token is not None:
             raise OptionError("tokenFile", path, "either token or tokenFile, not both (token "
                                                  "is given too)")
         token = _read_token_file(path)
-    elif token is not None and (not token.strip() or len(token.encode()) > _TOKEN_FILE_BYTES):
-        raise OptionError("token", _HIDDEN, f"a token of 1 to {_TOKEN_FILE_BYTES} bytes in "
+    elif token is not None and (not token.strip() or len(token.encode()) > MAX_TOKEN_BYTES):
+        raise OptionError("token", _HIDDEN, f"a token of 1 to {MAX_TOKEN_BYTES} bytes in "
                                             "UTF-8 (the RSocket service's)")
     return token
 
 
 def _read_token_file(path: str) -> str:
+    from reactive_streams.adapters.rsocket import MAX_TOKEN_BYTES
+
     token = read_option_file("tokenFile", path, "the RSocket service's token",
-                             _TOKEN_FILE_BYTES).strip()
+                             MAX_TOKEN_BYTES).strip()
     if not token:
         # What it holds is never shown: only that it cannot be a token.
         raise OptionError("tokenFile", path, "the absolute path of a file holding the RSocket "
                                              "service's token (1 to "
-                                             f"{_TOKEN_FILE_BYTES} bytes); it holds nothing")
+                                             f"{MAX_TOKEN_BYTES} bytes); it holds nothing")
     return token
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "MAX_QUEUED_FRAMES",
     "MAX_REQUEST_N",
     "MAX_ROUTE_BYTES",
+    "MAX_TOKEN_BYTES",
     "SETUP_TIMEOUT",
     "UNBOUNDED_REQUEST_N",
     "RSocketPublisher",
@@ -123,7 +124,8 @@ _REFUSED_LINGER_S = 2.0
 _AUTHENTICATION_ID = 0x7C  # message/x.rsocket.authentication.v0 in composite metadata
 _AUTHENTICATION = b"message/x.rsocket.authentication.v0"
 _BEARER_ID = 0x01  # the well-known "bearer" authentication type
-_MAX_TOKEN_BYTES = 4096
+#: The longest token (UTF-8 bytes) a service takes or a client presents.
+MAX_TOKEN_BYTES = 4096
 # The data of the KEEPALIVE frames by which a served stream learns what its client has read.
 _PROBE = b"pyspark-reactive/receipt/"
 
@@ -137,9 +139,9 @@ def _check_token(owner: str, token: object, none: str) -> None:
     if not isinstance(token, str) or not token:
         raise TypeError(f"{owner}: token of type {type(token).__name__} is not accepted: a "
                         f"non-empty str, or {none}")
-    if len(token.encode("utf-8")) > _MAX_TOKEN_BYTES:
+    if len(token.encode("utf-8")) > MAX_TOKEN_BYTES:
         raise ValueError(f"{owner}: a token of {len(token.encode('utf-8'))} bytes is not "
-                         f"accepted: at most {_MAX_TOKEN_BYTES} bytes in UTF-8")
+                         f"accepted: at most {MAX_TOKEN_BYTES} bytes in UTF-8")
 
 
 def _check_positive_int(owner: str, name: str, value: object) -> None:
@@ -1797,9 +1799,7 @@ class _ServedStream(SerialWorker, Subscriber[Any]):
             self._schedule()
         if self._confirm is not None and written == self.handed and written > self._confirmed:
             # Everything handed over is on the socket: ask the client to say it has read it.
-            probe = getattr(self.remote.socket, "probe", None)
-            if probe is not None:
-                probe(self)
+            self.remote.socket.probe(self)
 
     def received(self, count: int) -> None:
         """The client has read this stream's first ``count`` payloads (a probe came back;
