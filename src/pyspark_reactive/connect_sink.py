@@ -67,8 +67,6 @@ _PREFIX = "reactive_sink_"
 # The column the stager adds: the partition each row was in, so the client can fetch one
 # partition at a time.
 _PART = "__reactive_partition"
-# The column the client adds to each fetched partition: each row's digest, computed by the
-# server in the very query that returns the row.
 # How often each side looks at the other's views: a round trip to the server each time.
 POLL_S = 0.05
 # Consecutive failed looks at the server after which the pump gives up.
@@ -163,12 +161,17 @@ def _digest_columns(schema: Any) -> list[str]:
             if not any(word in field.dataType.simpleString() for word in ("map<", "variant"))]
 
 
-def _digest(names: list[str]) -> Any:
+def _checks(names: list[str]) -> list[Any]:
+    """The figures both sides compute over a partition, the stager when it stages and the
+    client in the query that fetches it: the row count and the sums of the low and high
+    32 bits of each row's xxhash64 over ``names`` (summed apart so they cannot overflow)."""
     from pyspark.sql import functions as F
 
-    if not names:
-        return F.lit(0).cast("bigint")
-    return F.xxhash64(*[F.col("`" + name.replace("`", "``") + "`") for name in names])
+    digest = (F.xxhash64(*[F.col("`" + name.replace("`", "``") + "`") for name in names])
+              if names else F.lit(0).cast("bigint"))
+    return [F.count(F.lit(1)).alias("n"),
+            F.sum(digest.bitwiseAND(F.lit(0xFFFFFFFF))).alias("low"),
+            F.sum(F.shiftright(digest, 32)).alias("high")]
 
 
 class ConnectStager:
@@ -259,14 +262,8 @@ class ConnectStager:
         return self._control
 
     def _summary(self, staged: Any, session: Any) -> dict[str, Any]:
-        from pyspark.sql import functions as F
-
         names = _digest_columns(staged.drop(_PART).schema)
-        digest = _digest(names)
-        counts = (staged.groupBy(_PART)
-                  .agg(F.count(F.lit(1)), F.sum(digest.bitwiseAND(F.lit(0xFFFFFFFF))),
-                       F.sum(F.shiftright(digest, 32)))
-                  .collect())
+        counts = staged.groupBy(_PART).agg(*_checks(names)).collect()
         parts = sorted([int(p), int(n), int(low), int(high)] for p, n, low, high in counts)
         return {"session": session.session_id, "schema": staged.schema.json(),
                 "digested": names, "parts": parts, "rows": sum(p[1] for p in parts)}
@@ -526,9 +523,8 @@ class ConnectPump:
         if frame.schema.json() != staged["schema"]:
             raise RuntimeError(altered + "its columns differ")
         from pyspark.sql import Observation
-        from pyspark.sql import functions as F
 
-        digest = _digest(list(staged["digested"]))
+        checks = _checks(list(staged["digested"]))
         for part, count, low, high in staged["parts"]:
             # Read whole, and checked, before its rows are offered: the client holds one
             # partition, and no result stays half-read on the server meanwhile. The count
@@ -537,10 +533,7 @@ class ConnectPump:
             # column travels with the rows (narrow rows: half the bytes).
             seen = Observation(f"reactive_sink_check_{uuid.uuid4().hex}")
             table = (frame.where(frame[_PART] == part).drop(_PART)
-                     .observe(seen, F.count(F.lit(1)).alias("n"),
-                              F.sum(digest.bitwiseAND(F.lit(0xFFFFFFFF))).alias("low"),
-                              F.sum(F.shiftright(digest, 32)).alias("high"))
-                     .toArrow())
+                     .observe(seen, *checks).toArrow())
             metrics = seen.get
             if "n" not in metrics:
                 raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
