@@ -29,8 +29,6 @@ import pyarrow.ipc as ipc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from reactive_streams.adapters.urls import redact_url
-
 from .demand_buffer import DemandBuffer
 from .durability import FactoryOptions, ResumePoint
 from .faults import crash_point
@@ -340,7 +338,7 @@ class _QueryRun:
         try:
             intake.sync()  # the batch's rows are durable before Spark learns its end
         except Exception as error:
-            where = (f"writing to the write-ahead log at {_shown_wal(self.options)!r}"
+            where = (f"writing to the write-ahead log at {self.wal.location!r}"
                      if self.wal is not None else "converting the rows")
             raise RuntimeError(
                 f"reactive source: {where} failed: {type(error).__name__}: {error}. The rows "
@@ -427,7 +425,7 @@ class _QueryRun:
         table = self._rows(start, end)
         if table is None and self.wal is not None:
             raise RuntimeError(
-                f"reactive source: the write-ahead log at {_shown_wal(self.options)!r} has no "
+                f"reactive source: the write-ahead log at {self.wal.location!r} has no "
                 f"rows for offsets [{start}, {end}): its entries were removed or belong to "
                 "another query; restore them or start from a new checkpoint")
         if table is None:
@@ -483,7 +481,7 @@ class _QueryRun:
             return
         pending = sum(s.end - s.start for s in self.recovered)
         raise RuntimeError(
-            f"reactive source: walLocation {_shown_wal(self.options)!r} holds the "
+            f"reactive source: walLocation {self.wal.location!r} holds the "
             f"write-ahead log of another checkpoint (committed up to offset {committed}, "
             f"{pending} rows not yet committed), but this query starts from a checkpoint "
             "that has recorded no batch. A write-ahead log belongs to one checkpoint: give "
@@ -670,7 +668,7 @@ class _QueryRun:
             except Exception:
                 log.exception("reactive source: could not keep %d buffered rows in the "
                               "write-ahead log at %s; they are lost", buffer.count(left),
-                              _shown_wal(self.options))
+                              self.wal.location)
             else:
                 if left:
                     log.info("reactive source: kept %d buffered rows in the write-ahead log",
@@ -690,11 +688,6 @@ class _QueryRun:
         # Not sys.exit: a publisher thread blocked in its own code must not keep the
         # runner alive once the subscription is cancelled and the rows are safe.
         os._exit(0)
-
-
-def _shown_wal(options: SourceOptions) -> str | None:
-    # A URI may carry credentials (s3://key:secret@bucket/...): never printed whole.
-    return redact_url(options.wal_location) if options.wal_location else None
 
 
 def _name(options: SourceOptions) -> str:

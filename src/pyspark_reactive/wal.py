@@ -31,6 +31,7 @@ import urllib.parse
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -344,13 +345,16 @@ class WriteAheadLog:
         except FileNotFoundError:
             return None
 
-    def _read_file(self, name: str) -> bytes:
+    def _open(self, name: str) -> Any:
+        """The file ``name``, opened for random access, never through a symbolic link on
+        the local disk."""
         if self._local is None:
-            with self._fs.open_input_file(self._path(name)) as source:
-                return bytes(source.read())
-        fd = os.open(self._path(name), os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-        with open(fd, "rb") as handle:
-            return handle.read()
+            return self._fs.open_input_file(self._path(name))
+        return open(os.open(self._path(name), os.O_RDONLY | _NOFOLLOW | _CLOEXEC), "rb")
+
+    def _read_file(self, name: str) -> bytes:
+        with self._open(name) as source:
+            return bytes(source.read())
 
     def read(self, entry: WalEntry) -> pa.Table:
         """The rows of ``entry``.
@@ -382,8 +386,8 @@ class WriteAheadLog:
     def key(self, entry: WalEntry) -> str | None:
         """The position key kept with the last element of ``entry`` (None: none)."""
         try:
-            metadata = ipc.open_file(pa.py_buffer(self._read_file(entry.name))
-                                     ).schema.metadata or {}
+            with self._open(entry.name) as source:  # the footer only
+                metadata = ipc.open_file(source).schema.metadata or {}
         except (pa.ArrowInvalid, OSError) as error:
             raise WalDamaged(self.location, entry, error) from error
         value = metadata.get(KEY_METADATA)
