@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
-from collections.abc import Callable
 
 SETUP, KEEPALIVE, REQUEST_STREAM, PAYLOAD, ERROR = 0x01, 0x03, 0x06, 0x0A, 0x0B
 F_METADATA, F_FOLLOWS, F_COMPLETE, F_NEXT, F_RESPOND = 0x100, 0x80, 0x40, 0x20, 0x80
@@ -96,14 +94,3 @@ class RawPeer:
 
 def error_of(body: bytes) -> tuple[int, str]:
     return struct.unpack(">I", body[:4])[0], body[4:].decode()
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Wait for ``condition()`` (looked at every 20 ms): for state of the service's event
-    loop that signals nothing a test could wait on."""
-    pause = threading.Event()  # never set
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return
-        pause.wait(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -9,8 +9,9 @@ import threading
 
 import pyarrow as pa
 import pytest
+from polling import wait_until
 from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient
-from rsocket_raw import PAYLOAD, RawPeer, request_stream, setup, wait_until
+from rsocket_raw import PAYLOAD, RawPeer, request_stream, setup
 
 from pyspark_reactive.remote import serve_publisher
 from pyspark_reactive.sink import ForeachBatchPublisher
@@ -44,12 +45,13 @@ def test_a_batch_returns_only_once_a_remote_client_has_read_every_row() -> None:
         # were written to its socket (the kernel's buffers hold them all).
         peer = RawPeer.connect(service.port, receive_buffer=1 << 20)
         peer.send(setup(service.token) + request_stream(1, UNBOUNDED_REQUEST_N))
-        wait_until(lambda: publisher.subscribers == 1, "the client's subscription")
+        wait_until(lambda: publisher.subscribers == 1, 30, "the client's subscription")
         batch = Batch(publisher)
         for _ in range(READ):
             peer.next_of(PAYLOAD)
         peer.close()
-        wait_until(lambda: publisher.subscribers == 0, "the dead client's subscription to end")
+        wait_until(lambda: publisher.subscribers == 0, 30,
+                   "the dead client's subscription to end")
         assert not batch.returned.is_set(), (
             f"the batch returned ({batch.error or 'normally'}) though its only client read "
             f"{READ} of {ROWS} rows and died")

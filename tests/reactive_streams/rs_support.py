@@ -6,10 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from polling import wait_until as wait_until  # the one polling wait, re-exported
 
 from reactive_streams import Publisher, Subscriber, Subscription
 
@@ -213,19 +214,6 @@ class _Tap(Subscriber[T]):
 
 
 # -- waiting and processes ------------------------------------------------------------------
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it holds, failing after ``timeout`` seconds with ``what``.
-
-    Only for states that no event or condition reports (another thread's stack, say);
-    everything else is waited for on its event.
-    """
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()  # never set: a wait that cannot be cut short
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        pause.wait(0.002)
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:

@@ -365,10 +365,11 @@ def test_credentials_reach_the_server_but_no_log_repr_or_thread_name(
         server: WebSocketServer, caplog: pytest.LogCaptureFixture) -> None:
     url = _with_credentials(server.url, "/count/2")
     seen = len(server.request_paths)
+    connected = server.connections
     publisher = WebSocketPublisher(url, headers={"X-Api-Key": HEADER})
     with caplog.at_level(logging.DEBUG):  # websockets logs the whole handshake at DEBUG
         recorder = _subscribe(url, headers={"X-Api-Key": HEADER})
-        server.wait_connections(server.connections, timeout=10)
+        server.wait_connections(connected + 1, timeout=10)
         # The subscription's thread lives until the stream ends: nothing requested yet.
         names = [thread.name for thread in threading.enumerate()]
         recorder.request(10)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import wait_until
 from rs_support import Recorder
 from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient
 from rsocket_raw import (
@@ -36,7 +37,6 @@ from rsocket_raw import (
     payload,
     request_stream,
     setup,
-    wait_until,
 )
 
 from reactive_streams import Publisher, RangePublisher, Subscriber, Subscription, collect
@@ -173,7 +173,7 @@ def test_empty_fragments_beginning_payloads_on_many_streams_are_bounded_too() ->
             peer.send(fragments)
         except OSError:
             pass  # cut off while sending
-        wait_until(lambda: connection.disconnected is not None, "the connection cut off")
+        wait_until(lambda: connection.disconnected is not None, 30, "the connection cut off")
         assert re.fullmatch(r"the peer keeps too many fragments in progress \(stream \d+\): "
                             r"\d+ payloads begun in fragments, whose \d+ bytes of "
                             r"bookkeeping would pass max_payload_bytes=1048576",
@@ -275,7 +275,7 @@ def test_a_peer_that_reads_nothing_is_cut_off(numbers: Any,
         cut = error
     assert cut is not None, f"still connected after {sent} KEEPALIVE frames left unanswered"
     peer.close()
-    wait_until(lambda: not numbers._connections, "the connection's end")
+    wait_until(lambda: not numbers._connections, 30, "the connection's end")
 
 
 def test_streams_per_connection_and_connections_per_service_are_capped() -> None:
@@ -304,7 +304,7 @@ def test_connections_that_send_no_setup_do_not_keep_a_client_with_the_token_out(
     with serve(RangePublisher(0, 3), encode=encode, max_connections=2) as service:
         # Anyone can connect to 127.0.0.1: twice the cap of connections that say nothing.
         idle = [RawPeer.connect(service.port) for _ in range(4)]
-        wait_until(lambda: len(service._connections) == 4, "the idle connections")
+        wait_until(lambda: len(service._connections) == 4, 30, "the idle connections")
         # The client with the token is served at once, not after their SETUP_TIMEOUT.
         assert collect(RSocketPublisher("127.0.0.1", service.port, decode=int,
                                         token=service.token), timeout=5) == [0, 1, 2]
