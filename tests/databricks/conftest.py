@@ -1,0 +1,91 @@
+"""The Databricks Connect tests: this pytest runs in ``.venv-dbconnect`` (Python 3.12,
+``databricks-connect`` 17.x and the project's wheel, made by ``environments.py``), and its
+``spark`` is a ``DatabricksSession`` of a local OSS Spark Connect server of the same Spark
+line (4.0), started as a process of its own from ``.venv-dbserver``, whose interpreter
+``$PYSPARK_REACTIVE_DBSERVER_PYTHON`` names (see ``local_server.py``)::
+
+    python tests/databricks/environments.py --python312 PATH       # prints both pythons
+    PYSPARK_REACTIVE_DBSERVER_PYTHON=.venv-dbserver/bin/python \\
+        .venv-dbconnect/bin/python -m pytest tests/databricks
+
+The fixtures are meant for reuse (the serverless tests): ``connect_server`` (the running
+server), ``databricks_remote`` (its ``sc://`` address with the token) and ``spark``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+# Helpers of the other test folders that these tests import (and the server's Python
+# processes import too, when a pickled function names them): the source tests'
+# publishers, the sink tests' subscribers, the Connect and cluster tests' helpers, the
+# notebooks' runner.
+HELPERS = [str(TESTS / name) for name in ("pyspark_reactive", "connect", "cluster",
+                                            "notebooks", "peers")]
+for folder in (str(HERE), *HELPERS):
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
+from local_server import LocalConnectServer, server_python  # noqa: E402
+
+# The server of this session while it runs, for the reports of failed tests.
+_RUNNING: list[LocalConnectServer] = []
+
+
+def databricks_client_environment(config_dir: Path) -> None:
+    """Make this process's Databricks Connect read no user configuration: no
+    ``~/.databrickscfg`` (the SDK's config file is pointed at a missing one), no
+    ``DATABRICKS_*`` or ``SPARK_REMOTE`` from the caller's environment."""
+    for key in [k for k in os.environ if k.startswith("DATABRICKS_")] + ["SPARK_REMOTE"]:
+        os.environ.pop(key, None)
+    os.environ["DATABRICKS_CONFIG_FILE"] = str(config_dir / "no-databrickscfg")
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConnectServer]:
+    """A local OSS Spark Connect server (its own process), ended at the session's end."""
+    logs = tmp_path_factory.mktemp("connect-server")
+    server = LocalConnectServer(server_python(), logs, python_path=[str(HERE), *HELPERS])
+    print(f"Spark Connect server's log: {server.log}")
+    with server:
+        _RUNNING.append(server)
+        try:
+            yield server
+        finally:
+            _RUNNING.remove(server)
+
+
+@pytest.fixture(scope="session")
+def databricks_remote(connect_server: LocalConnectServer,
+                      tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The ``sc://`` address of the server, token included, for ``DatabricksSession``."""
+    databricks_client_environment(tmp_path_factory.mktemp("databricks-config"))
+    return connect_server.remote
+
+
+@pytest.fixture(scope="session")
+def spark(databricks_remote: str) -> Iterator[Any]:
+    """A ``DatabricksSession`` of the local server, as a Databricks Connect user builds one."""
+    from databricks.connect import DatabricksSession
+
+    session = DatabricksSession.builder.remote(databricks_remote).getOrCreate()
+    assert type(session).__module__.startswith("pyspark.sql.connect"), type(session)
+    yield session
+    session.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with the Connect server's latest log lines."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _RUNNING:
+        report.sections.append(("Spark Connect server", _RUNNING[0].log_tail()))

@@ -1,0 +1,183 @@
+"""The two Python 3.12 venvs of the Databricks Connect tests, created or brought up to date.
+
+Run with any Python 3 (``./dev`` uses the main venv's)::
+
+    python tests/databricks/environments.py --python312 /path/to/python3.12 [--wheel WHEEL]
+
+- ``.venv-dbconnect``: the client, as a Databricks Connect user has it: ``databricks-connect``
+  (newest 17.x, whose bundled pyspark is Spark 4.0), then the project's wheel installed with
+  its normal dependencies (never ``--no-deps``: that pip then installs no OSS ``pyspark`` over
+  Databricks Connect's is what is tested), then what the tests import (pytest, and nbclient
+  with an ipykernel for the notebook run).
+- ``.venv-dbserver``: the local OSS Spark Connect server's side: OSS ``pyspark[connect]`` of
+  the same Spark line (4.0.x), ``pandas<3`` and the project. The server's Python workers
+  unpickle the client's functions, so this venv has the client's Python (3.12) too.
+
+A venv is created anew when its requirements or its interpreter changed (or it no longer
+runs); when only the wheel's content changed, the project alone is reinstalled. A stamp file
+in each venv records what it holds. Prints the two venvs' interpreters, one a line:
+``DBCONNECT_PYTHON=...`` then ``DBSERVER_PYTHON=...``. Exits non-zero with pip's output when
+an install fails, and when pip put an OSS ``pyspark`` distribution into the client's venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "peers"))
+
+from wheel import project_wheel  # noqa: E402 - tests/peers, put on the path just above
+
+STAMP = ".pyspark-reactive-stamp.json"
+# Databricks Connect's newest 17.x line: Spark 4.0, Python 3.12 only.
+DATABRICKS_CONNECT = "databricks-connect==17.3.*"
+# What the client's tests import besides the project (the notebook run: nbclient, a kernel,
+# psutil for its processes, matplotlib for the plots).
+CLIENT_TEST_REQUIREMENTS = ["pytest>=8", "pytest-timeout>=2.3", "nbformat>=5.10",
+                            "nbclient>=0.10", "ipykernel>=6.29", "psutil>=5.9",
+                            "matplotlib>=3.8"]
+# The server: OSS Spark Connect of the line Databricks Connect 17.x speaks (Spark 4.0).
+SERVER_REQUIREMENTS = ["pyspark[connect]==4.0.*", "pandas>=2.0,<3"]
+PIP_TIMEOUT_S = 1200
+
+
+class EnvironmentError_(RuntimeError):
+    """A venv could not be made as asked; the message says why, with pip's output."""
+
+
+def wheel_digest(wheel: Path) -> str:
+    """SHA-256 of the wheel's members (names and bytes), not of the zip file: two builds of
+    the same checkout differ in the zip's timestamps but not in what they install."""
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(wheel) as archive:
+        for name in sorted(archive.namelist()):
+            digest.update(name.encode() + b"\0")
+            digest.update(hashlib.sha256(archive.read(name)).digest())
+    return digest.hexdigest()
+
+
+def run_pip(python: Path, args: list[str], what: str) -> None:
+    """``python -m pip install ...``; on failure an error naming ``what`` with pip's output."""
+    command = [str(python), "-m", "pip", *args]
+    print(f"environments: {what}", file=sys.stderr, flush=True)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired as error:
+        raise EnvironmentError_(f"{what}: pip did not finish in {PIP_TIMEOUT_S} s "
+                                f"({' '.join(command)})") from error
+    if result.returncode != 0:
+        raise EnvironmentError_(
+            f"{what} failed (exit {result.returncode}): {' '.join(command)}\n"
+            f"--- pip's output ---\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+
+
+def interpreter_version(python: Path) -> str:
+    result = subprocess.run([str(python), "-c", "import sys; print(sys.version)"],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise EnvironmentError_(f"{python} does not run: {result.stderr.strip()}")
+    version = result.stdout.strip()
+    if not version.startswith("3.12."):
+        raise EnvironmentError_(f"{python} is Python {version.split()[0]}; Databricks Connect "
+                                "17.x needs Python 3.12 exactly")
+    return version
+
+
+def has_pyspark_distribution(python: Path) -> str | None:
+    """The version of an installed ``pyspark`` distribution in that venv (pip's view), or None."""
+    probe = ("import importlib.metadata as m\ntry:\n    print(m.version('pyspark'))\n"
+             "except m.PackageNotFoundError:\n    pass\n")
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
+                            timeout=60)
+    return result.stdout.strip() or None
+
+
+def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
+           wheel_spec: str, extra: list[str], client: bool) -> Path:
+    """Bring ``venv`` to hold ``base`` (pip installs, in order), the project from ``wheel``
+    (as ``wheel_spec``) with its dependencies, then ``extra``; return its interpreter."""
+    python = venv / "bin" / "python"
+    stamp_file = venv / STAMP
+    want_base = {"python": interpreter_version(base_python), "base": base, "extra": extra,
+                 "wheel_spec": wheel_spec.replace(str(wheel), "WHEEL")}
+    want_wheel = wheel_digest(wheel)
+    have: dict[str, object] = {}
+    if stamp_file.is_file():
+        try:
+            have = json.loads(stamp_file.read_text())
+        except ValueError:
+            have = {}
+    runs = python.is_file() and subprocess.run(
+        [str(python), "-c", ""], capture_output=True, timeout=60).returncode == 0
+    fresh = not runs or have.get("base") != want_base
+    if fresh:
+        if venv.exists():
+            print(f"environments: recreating {venv.name} (its requirements or interpreter "
+                  "changed)", file=sys.stderr, flush=True)
+            shutil.rmtree(venv)
+        subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True, timeout=300)
+        run_pip(python, ["install", "--quiet", "--upgrade", "pip"], f"{venv.name}: pip itself")
+        for requirements in base:
+            run_pip(python, ["install", "--quiet", *requirements],
+                    f"{venv.name}: installing {' '.join(requirements)}")
+    elif have.get("wheel") == want_wheel:
+        return python
+    else:
+        stamp_file.unlink()
+        run_pip(python, ["uninstall", "--quiet", "--yes", "pyspark-reactive"],
+                f"{venv.name}: removing the previous build of the project")
+    stamp_file.unlink(missing_ok=True)
+    # The project as a user installs it: its normal dependencies, resolved by pip.
+    run_pip(python, ["install", "--quiet", wheel_spec],
+            f"{venv.name}: installing the project ({wheel.name}) with its dependencies")
+    if extra:
+        run_pip(python, ["install", "--quiet", *extra],
+                f"{venv.name}: installing what the tests import")
+    if client:
+        oss = has_pyspark_distribution(python)
+        if oss is not None:
+            # Databricks Connect's files are overwritten now: the next run starts anew.
+            raise EnvironmentError_(
+                f"pip installed OSS pyspark {oss} into {venv.name}, over Databricks Connect's "
+                "own pyspark: the project (or a test requirement) depends on pyspark. "
+                f"The venv is left as it is for a look and is recreated on the next run.")
+    stamp_file.write_text(json.dumps({"base": want_base, "wheel": want_wheel}, indent=1))
+    return python
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python312", required=True, type=Path,
+                        help="a Python 3.12 interpreter that runs (not a pyenv shim)")
+    parser.add_argument("--wheel", type=Path,
+                        help="the project's wheel (default: $PYSPARK_REACTIVE_WHEEL, else "
+                             "built from the checkout with python -m build)")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="where the venvs go (default: the checkout)")
+    args = parser.parse_args(argv)
+    wheel = (args.wheel or project_wheel()).resolve()
+    try:
+        if not wheel.is_file():
+            raise EnvironmentError_(f"no wheel at {wheel}")
+        client = ensure(args.root / ".venv-dbconnect", args.python312, [[DATABRICKS_CONNECT]],
+                        wheel, str(wheel), CLIENT_TEST_REQUIREMENTS, client=True)
+        server = ensure(args.root / ".venv-dbserver", args.python312, [SERVER_REQUIREMENTS],
+                        wheel, str(wheel), [], client=False)
+    except EnvironmentError_ as error:
+        print(f"environments: error: {error}", file=sys.stderr)
+        return 1
+    print(f"DBCONNECT_PYTHON={client}")
+    print(f"DBSERVER_PYTHON={server}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""A local OSS Spark Connect server for Databricks Connect to talk to, as a process of its own.
+
+The JVM's ``SparkConnectServer``, started with ``bin/spark-submit`` of the server venv's
+pyspark (``.venv-dbserver``, made by ``environments.py``), listening on 127.0.0.1 on a free
+port, and asking every client for a random token that reaches it through its environment
+(``SPARK_CONNECT_AUTHENTICATE_TOKEN``), never its command line. Its Python processes
+(source runners, the ``foreachBatch`` worker, executors' workers) run the server venv's
+interpreter, which must be the client's Python version: they unpickle the client's
+functions. Its output goes to files in a folder of its own.
+
+Importable by other test folders (the serverless tests reuse it)::
+
+    with LocalConnectServer(server_python, log_dir, python_path=[...]) as server:
+        spark = DatabricksSession.builder.remote(server.remote).getOrCreate()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+from polling import wait_until  # tests/peers: on the path through tests/conftest.py
+
+# The variable that names the server venv's interpreter: ./dev sets it from what
+# environments.py prints.
+SERVER_PYTHON_VARIABLE = "PYSPARK_REACTIVE_DBSERVER_PYTHON"
+# pyspark's own variable for the Connect server's token, read by the server at start-up.
+TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# A loaded 2-core machine starts the JVM in 10 to 30 s.
+START_TIMEOUT_S = 240.0
+STOP_TIMEOUT_S = 60.0
+
+# Settings needed only because this server is OSS Spark rather than Databricks; the
+# project's own code needs none of them.
+OSS_ONLY_SETTINGS: dict[str, str] = {
+    # Databricks clusters keep each Connect session's artifacts (the Python files and
+    # functions a client ships) apart; OSS does that only when asked, as pyspark's own
+    # local Connect server does.
+    "spark.sql.artifact.isolation.enabled": "true",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
+}
+
+# The settings of a local session of the project (spark-conf/, the launcher that runs the
+# server venv's interpreter for Python workers, the driver on 127.0.0.1), computed by the
+# server venv's own pyspark_reactive: the same code local_session() starts Spark with.
+_SETTINGS_PROBE = """
+import json, sys
+from pyspark_reactive.session import _settings
+print(json.dumps(_settings(sys.argv[1], sys.argv[2], {}, None)))
+"""
+
+
+def server_python() -> Path:
+    """The server venv's interpreter, from ``$PYSPARK_REACTIVE_DBSERVER_PYTHON``."""
+    named = os.environ.get(SERVER_PYTHON_VARIABLE)
+    if not named:
+        raise RuntimeError(
+            f"{SERVER_PYTHON_VARIABLE} is not set: it names the Python of the local Spark "
+            "Connect server's venv. Make the venvs with 'python tests/databricks/"
+            "environments.py --python312 PATH' and set it to the DBSERVER_PYTHON it prints "
+            "(./dev test does both)")
+    path = Path(named)
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{SERVER_PYTHON_VARIABLE}={named} is not an executable")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+class LocalConnectServer:
+    """A Spark Connect server of the OSS pyspark in ``python``'s venv, on 127.0.0.1.
+
+    ``python_path`` is put on the ``PYTHONPATH`` of the server's Python processes (so they
+    import the tests' publishers and subscribers); ``conf`` is added to (and wins over)
+    the project's local settings. ``remote`` is the ``sc://`` address, token included, of
+    a client; ``log`` the server's output file.
+    """
+
+    def __init__(self, python: Path, log_dir: Path, *, python_path: Sequence[str] = (),
+                 conf: dict[str, str] | None = None, master: str = "local[2]") -> None:
+        self.python = python
+        self.log_dir = log_dir
+        self.log = log_dir / "server.log"
+        self.python_path = list(python_path)
+        self.conf = dict(conf or {})
+        self.master = master
+        self.port = 0
+        self.token = secrets.token_urlsafe(32)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.spark_home = Path()
+
+    @property
+    def remote(self) -> str:
+        # "localhost", not 127.0.0.1: pyspark sends a token over a plain channel only to that
+        # host name (see pyspark_reactive.session.local_connect_session); the server listens
+        # on loopback only.
+        return f"sc://localhost:{self.port}/;token={self.token}"
+
+    def _settings(self) -> dict[str, str]:
+        result = subprocess.run(
+            [str(self.python), "-c", _SETTINGS_PROBE, "pyspark-reactive Connect server",
+             self.master], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"the server venv ({self.python}) could not compute the "
+                               f"project's Spark settings:\n{result.stderr}")
+        settings: dict[str, str] = json.loads(result.stdout)
+        return settings
+
+    def _spark_home(self) -> Path:
+        result = subprocess.run(
+            [str(self.python), "-c", "import os, pyspark; print(os.path.dirname("
+             "pyspark.__file__)); print(pyspark.__version__)"],
+            capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"no pyspark in the server venv ({self.python}):\n"
+                               f"{result.stderr}")
+        home, version = result.stdout.split()
+        self.version = version
+        return Path(home)
+
+    def start(self) -> LocalConnectServer:
+        self.spark_home = self._spark_home()
+        self.port = free_port()
+        settings = {**self._settings(), **OSS_ONLY_SETTINGS, **self.conf,
+                    "spark.connect.grpc.binding.address": "127.0.0.1",
+                    "spark.connect.grpc.binding.port": str(self.port)}
+        if "spark.connect.authenticate.token" in settings:
+            raise ValueError("the token goes through the environment, never the command line")
+        command = [str(self.spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS]
+        for key, value in settings.items():
+            command += ["--conf", f"{key}={value}"]
+        environment = {key: value for key, value in os.environ.items()
+                       if not key.startswith(("SPARK_", "PYSPARK_", "DATABRICKS_"))}
+        environment.update({
+            # This venv's Spark, not one SPARK_HOME may name.
+            "SPARK_HOME": str(self.spark_home),
+            TOKEN_VARIABLE: self.token,
+            # Spark reads both; spark.pyspark.python (from the settings) wins inside Spark.
+            "PYSPARK_PYTHON": settings["spark.pyspark.python"],
+            "PYSPARK_DRIVER_PYTHON": str(self.python),
+            "PYTHONPATH": os.pathsep.join(self.python_path),
+        })
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as log:
+            # A session of its own: Ctrl-C in the test's terminal does not reach it first.
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, env=environment,
+                                            cwd=self.log_dir, start_new_session=True)
+        process = self.process
+        try:
+            wait_until(lambda: process.poll() is not None or accepts(self.port),
+                       START_TIMEOUT_S, f"the Connect server accepting on port {self.port}")
+            if process.poll() is not None:
+                raise RuntimeError(f"the Connect server exited with {process.returncode}:\n"
+                                   f"{self.log_tail()}")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def log_tail(self, lines: int = 80) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return f"(no log at {self.log})"
+        return f"--- last {lines} lines of {self.log} ---\n" + "\n".join(text[-lines:])
+
+    def stop(self) -> None:
+        """End the server by its process id: SIGTERM (Spark's shutdown hooks stop its Python
+        workers), then SIGKILL for it and whatever it started that outlived it."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        try:
+            children = psutil.Process(process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"the Connect server ({process.pid}) did not end within {STOP_TIMEOUT_S} s "
+                  "of SIGTERM: killed", file=sys.stderr)
+            process.kill()
+            process.wait(STOP_TIMEOUT_S)
+        _, alive = psutil.wait_procs(children, timeout=STOP_TIMEOUT_S)
+        for child in alive:  # each by its own id, all of them this server's
+            child.kill()
+
+    def __enter__(self) -> LocalConnectServer:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,139 @@
+"""The connector through a ``DatabricksSession`` (Databricks Connect 17.x, Spark 4.0) of a local
+OSS Spark Connect server: the source by name, ``read_stream``, ``publish()`` over several
+micro-batches with a slow subscriber, and the foreach writer with subscribers in the
+server's Python workers.
+
+On Spark 4.0 an ``availableNow`` run reads one micro-batch (the source cannot see the
+trigger), so the streams here run with the default trigger and are stopped once Spark's
+progress shows every row.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from executor_subscribers import DemandChecked
+from local_server import LocalConnectServer
+from spark_publishers import Recording
+from test_connect_sink import reactive
+from test_sink import Checked
+
+from pyspark_reactive import ForeachBatchPublisher, SubscriberForeachWriter, publish, read_stream
+from reactive_streams import RangePublisher
+
+TIMEOUT_S = 180.0
+
+
+def rows_processed(query: Any) -> int:
+    return sum(p.numInputRows for p in query.recentProgress)
+
+
+def run_until(df: Any, tmp_path: Path, rows: int) -> tuple[list[Any], list[Any]]:
+    """Write ``df`` to Parquet until Spark's progress counts ``rows`` input rows, then stop;
+    return the rows written and the progress of the batches that read some."""
+    out = tmp_path / "out"
+    query = (df.writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        waited = 0.0
+        # Each wait ends early if the query ends (a failure, say); progress is read between.
+        while rows_processed(query) < rows:
+            assert not query.awaitTermination(0.5), f"the query ended: {query.exception()}"
+            waited += 0.5
+            assert waited < TIMEOUT_S, f"{rows_processed(query)} of {rows} rows in {TIMEOUT_S} s"
+        progress = [p for p in query.recentProgress if p.numInputRows]
+    finally:
+        query.stop()
+    return list(df.sparkSession.read.parquet(str(out)).collect()), progress
+
+
+def test_a_named_publisher_through_format_reactive(spark: Any, tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    df = reactive(spark, publisher="spark_publishers:recorded_range", count=1500,
+                  recordTo=record, maxRecordsPerTrigger=500).load()
+    rows, progress = run_until(df, tmp_path, 1500)
+    assert sorted(int(r.value) for r in rows) == list(range(1500))
+    assert len(progress) >= 3 and all(p.numInputRows <= 500 for p in progress)
+    recording = Recording(record)  # written by the publisher in the server's source runner
+    assert recording.requests[0] == 500
+    assert recording.max_outstanding <= 500
+
+
+def test_read_stream_with_a_factory_from_the_client(spark: Any, tmp_path: Path) -> None:
+    offset = 40  # a closure over client state travels to the server's source runner
+    df = read_stream(spark, lambda options: RangePublisher(offset, 700),
+                     schema="value BIGINT", maxRecordsPerTrigger=250)
+    rows, progress = run_until(df, tmp_path, 700)
+    assert sorted(r.value for r in rows) == list(range(offset, offset + 700))
+    assert len(progress) >= 3
+
+
+def test_publish_holds_the_query_to_a_slow_subscribers_demand(spark: Any,
+                                                              tmp_path: Path) -> None:
+    per_batch = 200
+    record = tmp_path / "requests.jsonl"
+    df = reactive(spark, publisher="spark_publishers:recorded_range", recordTo=record,
+                  maxRecordsPerTrigger=per_batch).schema("value BIGINT").load()
+    publisher = publish(df.selectExpr("value", "value * 2 AS twice"), element="tuple",
+                        checkpointLocation=tmp_path / "checkpoint")
+    assert isinstance(publisher, ForeachBatchPublisher)
+    subscriber = Checked(32, pause=0.002)  # 500 rows/s at most: slower than the source
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(6 * per_batch + 50, timeout=TIMEOUT_S)  # into the seventh batch
+    publisher.query.stop()
+    assert subscriber.done.wait(60) and subscriber.completed, subscriber.error
+    assert subscriber.error is None and subscriber.violations == []
+    received = len(subscriber.elements)
+    assert subscriber.elements == [(i, 2 * i) for i in range(received)]
+    assert publisher.batch_id is not None and publisher.batch_id >= 3
+
+    # Backpressure: whenever the source asked its publisher for more, it had been handed
+    # no more than the subscriber had received, plus the batch being delivered and the
+    # one buffered behind it (and the 100 rows between two of the subscriber's samples).
+    timeline = Recording(record).timeline
+    assert len(timeline) >= 4
+    times = [t for t, _ in subscriber.samples]
+    for when, delivered in timeline:
+        index = bisect.bisect_right(times, when) - 1
+        taken = subscriber.samples[index][1] if index >= 0 else 0
+        assert delivered <= taken + 2 * per_batch + 100, (when, delivered, taken)
+
+
+def reports(folder: Path) -> list[dict[str, Any]]:
+    """What the foreach writer's subscribers wrote at their terminal signals (each file
+    appears whole: written aside, then renamed)."""
+    return [json.loads(p.read_text()) for p in folder.glob("p*-e*.json")]
+
+
+def test_foreach_writer_feeds_subscribers_in_the_servers_workers(
+        spark: Any, connect_server: LocalConnectServer, tmp_path: Path) -> None:
+    out = str(tmp_path)
+
+    def factory(partition: int, epoch: int) -> DemandChecked:
+        return DemandChecked(64, report_to=f"{out}/p{partition}-e{epoch}.json")
+
+    df = reactive(spark, publisher="range", count=1500, maxRecordsPerTrigger=500,
+                  numPartitions=3).load()
+    query = (df.writeStream.foreach(SubscriberForeachWriter(factory))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        waited = 0.0
+        while sum(len(r["values"]) for r in reports(tmp_path)) < 1500:
+            assert not query.awaitTermination(0.5), f"the query ended: {query.exception()}"
+            waited += 0.5
+            assert waited < TIMEOUT_S, f"{reports(tmp_path)} in {TIMEOUT_S} s"
+    finally:
+        query.stop()
+    written = reports(tmp_path)
+    assert len(written) >= 3 and all(
+        r["error"] is None and r["completed"] and not r["violations"] for r in written), written
+    assert sorted(v for r in written for v in r["values"]) == list(range(1500))
+    # Each subscriber lived in a Python worker of the server's, not in this client.
+    assert connect_server.process is not None
+    for report in written:
+        assert report["pid"] != os.getpid()
+        assert connect_server.process.pid in report["ancestry"], report["ancestry"]
