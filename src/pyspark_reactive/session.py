@@ -21,7 +21,13 @@ from urllib.parse import urlsplit
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-__all__ = ["local_connect_session", "local_session", "read_spark_defaults"]
+__all__ = [
+    "LocalSessionUnavailable",
+    "local_connect_session",
+    "local_session",
+    "notebook_session",
+    "read_spark_defaults",
+]
 
 SPARK_DEFAULTS_FILE = "spark-defaults.conf"
 LOG4J_FILE = "log4j2.properties"
@@ -30,6 +36,42 @@ _LOG4J_OPTION = "-Dlog4j2.configurationFile"
 _LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 # pyspark's own variable for a Connect server's token (read by the server, see below).
 _TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+
+
+class LocalSessionUnavailable(RuntimeError):
+    """Raised by :func:`local_session` and :func:`local_connect_session` where the pyspark
+    imported is Databricks Connect's (the ``databricks-connect`` package), which starts no
+    Spark of its own: it connects to Databricks compute only. The message says what to use
+    instead: a ``DatabricksSession``, or the ``spark`` a Databricks notebook defines."""
+
+
+def _databricks_connect_client() -> bool:
+    """Whether this is a Databricks Connect client: the pyspark is Databricks' build (its
+    ``pyspark.dbconnect_version``) or ``databricks.connect`` is importable, outside a
+    Databricks Runtime (whose notebooks and jobs carry the same modules, and a session)."""
+    if "DATABRICKS_RUNTIME_VERSION" in os.environ:
+        return False
+    for module in ("pyspark.dbconnect_version", "databricks.connect"):
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return True
+        except ImportError:  # a parent package that is not a package, say
+            continue
+    return False
+
+
+def _refuse_under_databricks_connect(function: str) -> None:
+    if _databricks_connect_client():
+        raise LocalSessionUnavailable(
+            f"{function}: this Python runs Databricks Connect (databricks-connect), whose "
+            "pyspark starts no local Spark: it supports only remote sessions, on Databricks "
+            "compute. Use a DatabricksSession instead: `from databricks.connect import "
+            "DatabricksSession` then `spark = DatabricksSession.builder.getOrCreate()` (your "
+            "Databricks configuration: ~/.databrickscfg or DATABRICKS_* variables), or "
+            "`DatabricksSession.builder.remote(...).getOrCreate()`; in a Databricks notebook, "
+            "the `spark` it defines; pyspark_reactive.session.notebook_session() does the "
+            "same. For a local Spark, use an environment without databricks-connect: "
+            "pip install 'pyspark-reactive[spark]'.")
 
 
 def local_session(
@@ -78,6 +120,9 @@ def local_session(
 
     Raises
     ------
+    LocalSessionUnavailable
+        At once where the pyspark imported is Databricks Connect's, which runs no local
+        Spark: use a ``DatabricksSession`` there (see :func:`notebook_session`).
     FileNotFoundError
         If no configuration directory is found (the message names every path tried),
         or it lacks ``spark-defaults.conf`` or ``log4j2.properties``.
@@ -93,6 +138,7 @@ def local_session(
     >>> spark.conf.get("spark.sql.session.timeZone")   # from spark-defaults.conf
     'UTC'
     """
+    _refuse_under_databricks_connect("local_session()")
     # Resolved even when a session already exists, so a wrong conf_dir is always reported.
     settings = _settings(app_name, master, conf, conf_dir)
     try:
@@ -149,6 +195,9 @@ def local_connect_session(
 
     Raises
     ------
+    LocalSessionUnavailable
+        At once where the pyspark imported is Databricks Connect's, which runs no local
+        Spark: use a ``DatabricksSession`` there (see :func:`notebook_session`).
     ImportError
         When the ``connect`` extra is not installed.
     RuntimeError
@@ -165,6 +214,7 @@ def local_connect_session(
     PySpark's own ``foreachBatch`` worker prints its connection URL, token included, to
     the server's standard output (here, this process's): keep that output private.
     """
+    _refuse_under_databricks_connect("local_connect_session()")
     if importlib.util.find_spec("grpc") is None:  # pyspark[connect] brings it
         raise ImportError("a Spark Connect session needs the connect extra: "
                           "pip install 'pyspark-reactive[connect]'")
@@ -222,6 +272,51 @@ def local_connect_session(
     # create(), not getOrCreate(): that would hand back the classic session just started.
     session: Any = ConnectSession.builder.remote(f"sc://localhost:{port}/;token={token}").create()
     return cast(SparkSession, session)
+
+
+def notebook_session(remote: str | None = None) -> SparkSession:
+    """Return the Spark session of a notebook that has no ``spark`` of its own.
+
+    The project's notebooks call it where no ``spark`` is defined (a Databricks notebook
+    defines one):
+
+    - under Databricks Connect (the ``databricks-connect`` package, from an IDE or a local
+      Jupyter): ``DatabricksSession.builder.remote(remote).getOrCreate()``, or with no
+      ``remote`` ``DatabricksSession.builder.getOrCreate()``, which reads your Databricks
+      configuration (``~/.databrickscfg``, ``DATABRICKS_*`` variables);
+    - elsewhere, with ``remote``: a Spark Connect client of that server,
+      ``SparkSession.builder.remote(remote).getOrCreate()`` (the ``connect`` extra);
+    - elsewhere, with the environment variable ``PYSPARK_REACTIVE_CONNECT=1``:
+      :func:`local_connect_session`, a Spark Connect client of a local server;
+    - otherwise :func:`local_session` on the master that ``PYSPARK_REACTIVE_MASTER``
+      names (default ``local[2]``; docker compose's Jupyter names its cluster).
+
+    Parameters
+    ----------
+    remote : str, optional
+        A Spark Connect address, ``"sc://host:port/;token=..."``.
+
+    Returns
+    -------
+    SparkSession
+        A classic or a Spark Connect session.
+
+    Examples
+    --------
+    >>> spark = notebook_session()   # doctest: +SKIP
+    """
+    if _databricks_connect_client():
+        from databricks.connect import DatabricksSession  # type: ignore[import-not-found]
+
+        builder = DatabricksSession.builder
+        if remote is not None:
+            builder = builder.remote(remote)
+        return cast(SparkSession, builder.getOrCreate())
+    if remote is not None:
+        return cast(SparkSession, SparkSession.builder.remote(remote).getOrCreate())
+    if os.environ.get("PYSPARK_REACTIVE_CONNECT") == "1":
+        return local_connect_session()
+    return local_session(master=os.environ.get("PYSPARK_REACTIVE_MASTER", "local[2]"))
 
 
 def _connect_token(conf: Mapping[str, str]) -> str:

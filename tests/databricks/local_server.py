@@ -183,7 +183,9 @@ class LocalConnectServer:
             text = self.log.read_text(errors="replace").splitlines()
         except OSError:
             return f"(no log at {self.log})"
-        return f"--- last {lines} lines of {self.log} ---\n" + "\n".join(text[-lines:])
+        # PySpark's foreachBatch worker prints its URL, token included: not into reports.
+        tail = "\n".join(text[-lines:]).replace(self.token, "<token>")
+        return f"--- last {lines} lines of {self.log} ---\n{tail}"
 
     def stop(self) -> None:
         """End the server by its process id: SIGTERM (Spark's shutdown hooks stop its Python

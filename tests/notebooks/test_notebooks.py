@@ -81,14 +81,16 @@ def kernel_environment(connect: bool) -> dict[str, str]:
     return env
 
 
-def run(path: Path, cwd: Path, connect: bool, kernel: str) -> Any:
-    """Execute the notebook at ``path`` at the small sizes; return it with its outputs.
+def run(path: Path, cwd: Path, connect: bool, kernel: str,
+        values: dict[str, Any] | None = None) -> Any:
+    """Execute the notebook at ``path`` at the small sizes (or with the parameter ``values``
+    given); return it with its outputs.
 
     Every process the kernel started must end with it: those still alive
     ``EXIT_WAIT_S`` after the kernel's shutdown are killed (by process id) and reported.
     """
     notebook = nbformat.read(path, as_version=4)
-    with_parameters(notebook, SMALL[path.name])
+    with_parameters(notebook, SMALL[path.name] if values is None else values)
     client = NotebookClient(notebook, kernel_name=kernel, timeout=CELL_TIMEOUT_S,
                             resources={"metadata": {"path": str(cwd)}})
     started: dict[int, psutil.Process] = {}
