@@ -11,6 +11,7 @@ backpressure promises. Run it with ``python -m pyspark_reactive.demo --help``.
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import json
 import sys
@@ -88,9 +89,17 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _offset(value: Any) -> int | None:
-    # Progress carries offsets as JSON text, or parsed, depending on how it was read.
+    # Progress carries offsets as JSON text, or parsed, depending on how it was read; the
+    # lastProgress of pyspark 4.0/4.1 holds str() of the parsed offset instead: a Python
+    # dict's repr ("{'offset': 500}"), or "None" for an offset Spark does not show.
     if isinstance(value, str):
-        value = json.loads(value)
+        try:
+            value = json.loads(value)
+        except ValueError:
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                return None
     return value.get("offset") if isinstance(value, dict) else None
 
 
