@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 from rsocket_peer import RecordingRange
-from test_connect_source import run_available_now
+from test_connect_source import run_to_end
 
 from pyspark_reactive.remote import expose
 
@@ -17,7 +17,7 @@ def test_live_publisher_of_the_client_feeds_a_query(spark: SparkSession,
     live = RecordingRange(1000)
     with expose(live) as exposed:
         df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=500)
-        rows = run_available_now(df, tmp_path, "exposed")
+        rows = run_to_end(df, tmp_path, "exposed", 1000)
     assert sorted(r.value for r in rows) == list(range(1000))
     assert live.requests[0] == 500
     assert live.max_outstanding <= 500

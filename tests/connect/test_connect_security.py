@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from test_connect_sink import Holding, reactive
+from test_connect_sink import UNTIL_DRAINED, Holding, reactive, stop_when_delivered
 from test_sink import Checked
 
 from pyspark_reactive import connect_sink, publish
@@ -30,6 +31,16 @@ def attach(spark: Any, session_id: str) -> Any:
     session = ConnectSession(connection=builder)
     session.release_session_on_close = False
     return session
+
+
+def new_session(spark: Any) -> Any:
+    """Another session of ``spark``'s server, with its token: ``newSession()`` where the
+    Connect client has it (pyspark 4.3+; before, it raises JVM_ATTRIBUTE_NOT_SUPPORTED),
+    else a client of a session id of its own."""
+    try:
+        return spark.newSession()
+    except AttributeError:
+        return attach(spark, str(uuid.uuid4()))
 
 
 def staged_marks(spark: Any) -> dict[str, dict[str, Any]]:
@@ -105,7 +116,7 @@ def test_other_sessions_cannot_see_the_staged_batch_and_a_forgery_fails_it(
 
     # Another session of the server (same token: another notebook on a shared cluster)
     # lists nothing of the publisher's, reads nothing and drops nothing.
-    other = spark.newSession()
+    other = new_session(spark)
     listed = [r.viewName for query in ("SHOW VIEWS", "SHOW VIEWS IN global_temp")
               for r in other.sql(query).collect()]
     assert not [name for name in listed if name.startswith(PREFIX)], listed
@@ -176,10 +187,11 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
     monkeypatch.setattr(connect_sink, "new_token", recorded_token)
     monkeypatch.setattr(connect_sink, "_put_mark", failing_once)
     df = reactive(spark, publisher="range", count=60, maxRecordsPerTrigger=30).load()
-    publisher = publish(df, element="tuple", trigger={"availableNow": True},
+    publisher = publish(df, element="tuple", trigger=UNTIL_DRAINED,
                         checkpointLocation=tmp_path / "checkpoint")
     subscriber = Checked(1000)
     publisher.subscribe(subscriber)
+    stop_when_delivered(publisher, 60, subscriber)
     assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
     assert subscriber.completed and subscriber.error is None
     assert sorted(v for (v,) in subscriber.elements) == list(range(60))  # each row once

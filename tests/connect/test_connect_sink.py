@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from spark_publishers import Recording
+from streaming import ADMISSION_CONTROL
 from test_sink import Checked
 from test_sink_faults import (
     ROWS,
@@ -23,6 +24,24 @@ from test_sink_faults import (
 )
 
 from pyspark_reactive import ForeachBatchPublisher, publish
+
+#: The trigger that ends a query by itself once its finite publisher is drained. Without
+#: admission control for Python sources (Spark 4.0/4.1) ``availableNow`` runs a single
+#: batch (test_available_now_lines.py checks that): the default trigger, and the test
+#: stops the query once every row is delivered (:func:`stop_when_delivered`).
+UNTIL_DRAINED = {"availableNow": True} if ADMISSION_CONTROL else None
+
+
+def stop_when_delivered(publisher: ForeachBatchPublisher, rows: int,
+                        *subscribers: Checked) -> None:
+    """Where :data:`UNTIL_DRAINED` is the default trigger: stop the query once each of
+    ``subscribers`` has ``rows`` elements (they then get ``on_complete``, as when an
+    ``availableNow`` query ends)."""
+    if UNTIL_DRAINED is None:
+        for subscriber in subscribers:
+            subscriber.wait_for(rows, timeout=180)
+        assert publisher.query is not None
+        publisher.query.stop()
 
 
 class Holding(Checked):
@@ -41,15 +60,17 @@ def reactive(spark: SparkSession, **options: Any) -> Any:
     return reader
 
 
+@pytest.mark.spark_lines
 def test_every_row_in_order_within_demand_then_complete(spark: SparkSession,
                                                         tmp_path: Path) -> None:
     df = reactive(spark, publisher="range", count=5000, maxRecordsPerTrigger=2000).load()
     publisher = publish(df.selectExpr("value", "value * value AS square"), element="tuple",
-                        chunk_rows=512, trigger={"availableNow": True},
+                        chunk_rows=512, trigger=UNTIL_DRAINED,
                         checkpointLocation=tmp_path / "checkpoint")
     assert isinstance(publisher, ForeachBatchPublisher)
     subscriber = Checked(37)
     publisher.subscribe(subscriber)
+    stop_when_delivered(publisher, 5000, subscriber)
     assert subscriber.done.wait(180), f"{len(subscriber.elements)} rows, no terminal signal"
     assert subscriber.completed and subscriber.error is None
     assert subscriber.elements == [(i, i * i) for i in range(5000)]
@@ -59,12 +80,13 @@ def test_every_row_in_order_within_demand_then_complete(spark: SparkSession,
 
 def test_several_subscribers_each_get_every_row(spark: SparkSession, tmp_path: Path) -> None:
     df = reactive(spark, publisher="range", count=1500, maxRecordsPerTrigger=500).load()
-    publisher = publish(df, element="dict", trigger={"availableNow": True},
+    publisher = publish(df, element="dict", trigger=UNTIL_DRAINED,
                         checkpointLocation=tmp_path / "checkpoint")
     # Both attach long before the first batch is planned (seconds after the start).
     first, second = Checked(100), Checked(7)
     publisher.subscribe(first)
     publisher.subscribe(second)
+    stop_when_delivered(publisher, 1500, first, second)
     for subscriber in (first, second):
         assert subscriber.done.wait(180) and subscriber.completed
         assert [e["value"] for e in subscriber.elements] == list(range(1500))
@@ -97,6 +119,7 @@ def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(spark: SparkSe
     assert subscriber.done.wait(60) and subscriber.completed
 
 
+@pytest.mark.spark_lines
 def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     df = (reactive(spark, publisher="spark_publishers:failing", count=25,

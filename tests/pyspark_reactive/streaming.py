@@ -8,6 +8,7 @@ keeps its ``id``, and each of its runs is watched on its own.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -17,6 +18,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+#: Whether this pyspark has admission control for Python streaming sources
+#: (``pyspark.sql.streaming.datasource``: Spark 4.2+), told by the API as the connector
+#: tells it, never by the version number. Without it (Spark 4.0/4.1) Spark runs an
+#: ``availableNow`` query over a Python source as a single micro-batch.
+ADMISSION_CONTROL = importlib.util.find_spec("pyspark.sql.streaming.datasource") is not None
+#: The trigger (``writeStream.trigger(**UNTIL_DRAINED)``) of a test that reads a finite
+#: publisher to its end: ``availableNow`` where it runs to the end (the query then ends by
+#: itself), else the default trigger, and :meth:`ProgressWatch.wait_drained` stops it.
+UNTIL_DRAINED: dict[str, Any] = {"availableNow": True} if ADMISSION_CONTROL else {}
 
 
 class ProgressWatch(StreamingQueryListener):
@@ -82,6 +93,16 @@ class ProgressWatch(StreamingQueryListener):
         self.wait_for(query, lambda: len(self.batch_sizes(query)) >= batches, timeout,
                       f"{batches} non-empty batches")
 
+    def wait_drained(self, query: StreamingQuery, rows: int,
+                     timeout: float = 120.0) -> str | None:
+        """Wait for a query started with :data:`UNTIL_DRAINED` to end; return as
+        :meth:`wait_terminated`. Without admission control it is stopped once it has read
+        ``rows`` rows (failing at once if it fails first)."""
+        if not ADMISSION_CONTROL:
+            self.wait_rows(query, rows, timeout)
+            query.stop()
+        return self.wait_terminated(query, timeout)
+
     def wait_terminated(self, query: StreamingQuery, timeout: float = 120.0) -> str | None:
         """Wait for the query to end; return its exception text (None: ended cleanly)."""
         run_id = str(query.runId)
@@ -96,3 +117,24 @@ def install(spark: SparkSession) -> ProgressWatch:
     watch = ProgressWatch()
     spark.streams.addListener(watch)
     return watch
+
+
+def wait_input_rows(query: StreamingQuery, rows: int, timeout: float = 180.0) -> None:
+    """Wait until ``query`` has read ``rows`` rows, by its own recent progress (which a
+    Spark Connect client reads too, with no listener); fail at once if it ends first.
+
+    Progress is reported once a batch is committed to the sink, so the rows are there."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        # The property, not progress["numInputRows"]: pyspark 4.0's progress read from
+        # JSON (Spark Connect) holds None there and sums its sources' rows instead.
+        read = sum(progress.numInputRows for progress in query.recentProgress)
+        if read >= rows:
+            return
+        if not query.isActive:
+            raise AssertionError(f"the query ended after {read} of {rows} rows: "
+                                 f"{query.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{read} of {rows} rows after {timeout} s")
+        pause.wait(0.25)

@@ -55,11 +55,13 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema = DECLARED, offset: int = 
 
 # -- conforming a batch to the declared schema -----------------------------------------------
 
+@pytest.mark.spark_lines
 def test_a_batch_of_the_declared_schema_passes_as_it_is() -> None:
     batch = _batch({"id": pa.array([1, 2]), "name": pa.array(["a", "b"])})
     assert _conform(batch) is batch
 
 
+@pytest.mark.spark_lines
 def test_columns_are_matched_by_name_and_safe_casts_made() -> None:
     conformed = _conform(_pairs(5, 3))
     assert conformed.schema == DECLARED
@@ -71,6 +73,7 @@ def test_columns_are_matched_by_name_and_safe_casts_made() -> None:
     assert _conform(nulls).column("name").to_pylist() == [None, None]
 
 
+@pytest.mark.spark_lines
 def test_timestamps_with_a_zone_become_spark_timestamps_truncated_to_microseconds() -> None:
     schema = pa.schema([("at", pa.timestamp("us", tz="UTC"))])
     nanos = pa.array([1_000_001_999], pa.timestamp("ns", tz="Europe/Paris"))
@@ -99,6 +102,7 @@ def test_timestamps_with_a_zone_become_spark_timestamps_truncated_to_microsecond
     ({"id": pa.array([1]), "name": pa.array(["a"]), "extra": pa.array([True])},
      r"column 'extra' \(bool\) is not in the declared schema \(id bigint, name string\)"),
 ])
+@pytest.mark.spark_lines
 def test_a_batch_that_does_not_fit_names_the_column_its_type_and_the_declared_one(
         columns: dict[str, pa.Array], message: str) -> None:
     with pytest.raises(ArrowElementError, match=message) as caught:
@@ -106,6 +110,7 @@ def test_a_batch_that_does_not_fit_names_the_column_its_type_and_the_declared_on
     assert caught.value.offset == 7
 
 
+@pytest.mark.spark_lines
 def test_values_are_checked_by_the_cast_and_nulls_against_not_null() -> None:
     schema = pa.schema([pa.field("small", pa.int32(), nullable=False)])
     with pytest.raises(ArrowElementError, match=r"RecordBatch at offset 7 \(2 rows\): column "
@@ -117,6 +122,7 @@ def test_values_are_checked_by_the_cast_and_nulls_against_not_null() -> None:
         _conform(_batch({"small": pa.array([1, None], pa.int32())}), schema)
 
 
+@pytest.mark.spark_lines
 def test_the_good_prefix_is_kept_and_the_error_names_the_row_offset() -> None:
     good, bad = _pairs(0, 4), _batch({"id": pa.array(["x"]), "name": pa.array(["y"])})
     batches, error = ArrowElements(DECLARED).convert([good, good, bad, good], 100)
@@ -129,6 +135,7 @@ def test_the_good_prefix_is_kept_and_the_error_names_the_row_offset() -> None:
                           "rows or RecordBatches, not both")
 
 
+@pytest.mark.spark_lines
 def test_arrow_batches_declares_and_passes_the_durability_hooks_through() -> None:
     class Keyed(IterablePublisher[pa.RecordBatch]):
         def position_key(self, element: pa.RecordBatch) -> str:
@@ -166,6 +173,7 @@ def _intake(buffer: DemandBuffer, converter: Any, publisher: Any = None) -> Inta
                   sync_rows=10**9, publisher=publisher)
 
 
+@pytest.mark.spark_lines
 def test_the_intake_conforms_batches_without_the_row_converter() -> None:
     buffer = DemandBuffer(1000, own_thread=False)
     intake = _intake(buffer, _NoRows())
@@ -191,6 +199,7 @@ def test_the_intake_conforms_batches_without_the_row_converter() -> None:
         buffer.close()
 
 
+@pytest.mark.spark_lines
 def test_a_record_batch_in_a_stream_of_rows_fails_at_its_offset() -> None:
     buffer = DemandBuffer(1000, own_thread=False)
     intake = _intake(buffer, RowConverter(SCHEMA))
@@ -263,6 +272,7 @@ def test_record_batches_arrive_once_in_order_in_micro_batches_of_max_records_row
     assert len(seen.requests) <= 2500 // 300 + 2
 
 
+@pytest.mark.spark_lines
 def test_a_batch_that_does_not_fit_fails_the_query_after_the_rows_before_it(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:

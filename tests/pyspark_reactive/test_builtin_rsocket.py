@@ -12,7 +12,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from rsocket_peer import CountingServer
-from streaming import ProgressWatch
+from streaming import UNTIL_DRAINED, ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive.builtin_rsocket import rsocket_publisher
@@ -34,8 +34,8 @@ def test_server_never_has_more_than_one_batch_outstanding_and_every_row_arrives_
                       route="numbers", format="text",
                       maxRecordsPerTrigger=PER_BATCH).load()
         assert df.schema.simpleString() == "struct<value:string>"
-        query, name = to_memory(df, queries, tmp_path, availableNow=True)
-        assert watch.wait_terminated(query) is None
+        query, name = to_memory(df, queries, tmp_path, **UNTIL_DRAINED)
+        assert watch.wait_drained(query, ROWS) is None
         [stream] = server.streams
         assert stream.route == "numbers"
         assert stream.sent == ROWS and stream.completed
@@ -100,8 +100,8 @@ def test_the_token_option_reaches_a_service_that_asks_for_it_and_never_shows(
         # Spark's default spark.redaction.regex names "token": the plan shows it redacted.
         assert "token=*********(redacted)" in plan.getvalue()
         assert SECRET not in plan.getvalue()
-        query, name = to_memory(df, queries, tmp_path, availableNow=True)
-        assert watch.wait_terminated(query) is None
+        query, name = to_memory(df, queries, tmp_path, **UNTIL_DRAINED)
+        assert watch.wait_drained(query, 30) is None
         assert sorted(row.value for row in spark.table(name).collect()) == sorted(
             f"row {i}" for i in range(30))
         assert SECRET not in str(query.lastProgress)

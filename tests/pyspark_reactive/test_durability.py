@@ -30,6 +30,9 @@ from pyspark_reactive.source import ArrowPartition, ReactiveStreamReader
 from pyspark_reactive.wal import WalEntry, WriteAheadLog
 from reactive_streams import Publisher, RangePublisher, Subscriber
 
+# Also runs on every older Spark line (./dev test): the write-ahead log's durability.
+pytestmark = pytest.mark.spark_lines
+
 SCHEMA = StructType([StructField("value", LongType())])
 
 

@@ -21,7 +21,7 @@ from rsocket_peer import (
     settled,
     socket_allowance,
 )
-from streaming import ProgressWatch
+from streaming import UNTIL_DRAINED, ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive import publish
@@ -45,8 +45,8 @@ def test_exposed_live_publisher_gets_each_batch_demand_and_every_element_once(
                                    "port": str(exposed.service.port), "format": "json",
                                    "route": "live", "tokenFile": token_file}
         df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=PER_BATCH)
-        query, name = to_memory(df, queries, tmp_path, availableNow=True)
-        assert watch.wait_terminated(query) is None
+        query, name = to_memory(df, queries, tmp_path, **UNTIL_DRAINED)
+        assert watch.wait_drained(query, 3000) is None
     values = sorted(row.value for row in spark.table(name).collect())
     assert values == list(range(3000))
     assert live.subscriptions == 1 and live.delivered == 3000

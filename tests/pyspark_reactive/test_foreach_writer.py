@@ -49,7 +49,7 @@ class FileSubscriber(SyncSubscriber[Any]):
                        "outstanding": self.outstanding}, out)
 
 
-@pytest.mark.parametrize("take", [None, 10])
+@pytest.mark.parametrize("take", [pytest.param(None, marks=pytest.mark.spark_lines), 10])
 def test_foreach_writer_feeds_subscribers_on_executors(spark: SparkSession, tmp_path: Path,
                                                        take: int | None) -> None:
     out = str(tmp_path)
@@ -73,6 +73,7 @@ def test_foreach_writer_feeds_subscribers_on_executors(spark: SparkSession, tmp_
         assert [len(r["values"]) for r in results] == [10, 10]
 
 
+@pytest.mark.spark_lines
 def test_task_subscription_rules() -> None:
     subscription = _TaskSubscription()
     subscription.request(2**62)
@@ -165,6 +166,7 @@ def test_stop_frees_a_task_waiting_for_demand(spark: SparkSession, tmp_path: Pat
     assert not (tmp_path / "on_complete").exists()
 
 
+@pytest.mark.spark_lines
 def test_a_wait_for_demand_ends_when_the_executor_closes_the_task_socket() -> None:
     # The worker's side of its socket to the executor, with rows still unread in it.
     worker_end, executor_end = socket.socketpair()

@@ -45,6 +45,9 @@ from pyspark.sql.types import (
 from pyspark_reactive import rows as rows_module
 from pyspark_reactive.rows import RowConversionError, RowConverter, arrow_schema
 
+# Also runs on every older Spark line (./dev test): rows to Arrow, by the line's own converters.
+pytestmark = pytest.mark.spark_lines
+
 PAIR = StructType([StructField("id", LongType()), StructField("name", StringType())])
 
 

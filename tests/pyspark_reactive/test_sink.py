@@ -19,6 +19,7 @@ import pytest
 from pyspark import cloudpickle
 from pyspark.sql import Row, SparkSession
 from spark_publishers import Recording
+from streaming import UNTIL_DRAINED
 
 from pyspark_reactive import (
     ForeachBatchPublisher,
@@ -102,6 +103,7 @@ def reactive(spark: SparkSession, **options: Any) -> Any:
     return reader
 
 
+@pytest.mark.spark_lines
 def test_seven_at_a_time_in_order_then_complete(spark: SparkSession, tmp_path: Path) -> None:
     df = reactive(spark, publisher="range", count=10_000, maxRecordsPerTrigger=3000).load()
     publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
@@ -224,6 +226,7 @@ def test_a_year_month_interval_column_fails_the_batch_naming_it(spark: SparkSess
     assert "year-month interval" in str(subscriber.error)
 
 
+@pytest.mark.spark_lines
 def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     df = (reactive(spark, publisher="spark_publishers:failing", count=25,
@@ -287,14 +290,18 @@ def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
         ForeachBatchPublisher(**kwargs)
 
 
+@pytest.mark.spark_lines
 def test_given_to_foreach_batch_directly_it_finds_its_query(spark: SparkSession,
                                                             tmp_path: Path) -> None:
     publisher = ForeachBatchPublisher(element="tuple")
     df = reactive(spark, publisher="range", count=500, maxRecordsPerTrigger=200).load()
-    query = (df.writeStream.foreachBatch(publisher).trigger(availableNow=True)
+    query = (df.writeStream.foreachBatch(publisher).trigger(**UNTIL_DRAINED)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     subscriber = Checked(50)
     publisher.subscribe(subscriber)
+    if not UNTIL_DRAINED:  # availableNow would run one batch here: stop it once all is in
+        subscriber.wait_for(500)
+        query.stop()
     # on_complete without watch(): the first batch found the query that called it.
     assert subscriber.done.wait(120) and subscriber.completed, subscriber.error
     assert [v for (v,) in subscriber.elements] == list(range(500))
@@ -431,6 +438,7 @@ def test_client_timeout_is_checked_before_the_query_starts(spark: SparkSession,
         publish(spark.range(1), client_timeout=value)
 
 
+@pytest.mark.spark_lines
 def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession) -> None:
     # The batch comes to the driver as the JVM's own Arrow batches, read with the JVM's
     # Arrow schema; the way through mapInArrow (a Python worker writing each batch as

@@ -99,6 +99,7 @@ def failed_by_a_stall(spark: SparkSession, checkpoint: Path) -> Stalls:
     return subscriber
 
 
+@pytest.mark.spark_lines
 def test_demand_timeout_fail_fails_the_batch_naming_the_subscriber(spark: SparkSession,
                                                                    tmp_path: Path) -> None:
     subscriber = failed_by_a_stall(spark, tmp_path / "checkpoint")
@@ -190,6 +191,7 @@ def failed_at_250(spark: SparkSession, tmp_path: Path) -> tuple[Path, list[Check
     return checkpoint, subscribers
 
 
+@pytest.mark.spark_lines
 def test_a_udf_failing_mid_batch_reaches_every_subscriber_as_on_error(
         spark: SparkSession, tmp_path: Path) -> None:
     checkpoint, subscribers = failed_at_250(spark, tmp_path)
@@ -202,6 +204,7 @@ def test_a_udf_failing_mid_batch_reaches_every_subscriber_as_on_error(
         assert values[2 * ROWS:] == [v for p in (0, 1) for v in range(200 + p, 300, PARTS)]
 
 
+@pytest.mark.spark_lines
 def test_a_batch_waits_for_every_on_next_and_batch_id_names_its_batch(spark: SparkSession,
                                                                        tmp_path: Path) -> None:
     # The lagging subscriber is still in on_next with batch 0's last row after the leading

@@ -12,6 +12,9 @@ import pytest
 from pyspark_reactive.options import OptionError, check_wal_location
 from pyspark_reactive.wal import WalDamaged, WalEntry, WalMarkDamaged, WriteAheadLog
 
+# Also runs on every older Spark line (./dev test): the write-ahead log.
+pytestmark = pytest.mark.spark_lines
+
 SCHEMA = pa.schema([("value", pa.int64())])
 
 
