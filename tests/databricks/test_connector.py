@@ -5,7 +5,7 @@ server's Python workers.
 
 On Spark 4.0 an ``availableNow`` run reads one micro-batch (the source cannot see the
 trigger), so the streams here run with the default trigger and are stopped once Spark's
-progress shows every row.
+progress (posted to a listener) shows every row.
 """
 
 from __future__ import annotations
@@ -13,12 +13,15 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from executor_subscribers import DemandChecked
 from local_server import LocalConnectServer
 from spark_publishers import Recording
+from streaming import ProgressWatch, install
 from test_connect_sink import reactive
 from test_sink import Checked
 
@@ -28,48 +31,50 @@ from reactive_streams import RangePublisher
 TIMEOUT_S = 180.0
 
 
-def rows_processed(query: Any) -> int:
-    return sum(p.numInputRows for p in query.recentProgress)
+@pytest.fixture(scope="module")
+def watch(spark: Any) -> Iterator[ProgressWatch]:
+    """Every query's progress and termination, as Spark posts them (a client-side
+    ``StreamingQueryListener`` of the Databricks Connect session)."""
+    listener = install(spark)
+    yield listener
+    spark.streams.removeListener(listener)
 
 
-def run_until(df: Any, tmp_path: Path, rows: int) -> tuple[list[Any], list[Any]]:
+def run_until(df: Any, watch: ProgressWatch, tmp_path: Path,
+              rows: int) -> tuple[list[Any], list[int]]:
     """Write ``df`` to Parquet until Spark's progress counts ``rows`` input rows, then stop;
-    return the rows written and the progress of the batches that read some."""
+    return the rows written and the sizes of the batches that read some."""
     out = tmp_path / "out"
     query = (df.writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
-        waited = 0.0
-        # Each wait ends early if the query ends (a failure, say); progress is read between.
-        while rows_processed(query) < rows:
-            assert not query.awaitTermination(0.5), f"the query ended: {query.exception()}"
-            waited += 0.5
-            assert waited < TIMEOUT_S, f"{rows_processed(query)} of {rows} rows in {TIMEOUT_S} s"
-        progress = [p for p in query.recentProgress if p.numInputRows]
+        watch.wait_rows(query, rows, TIMEOUT_S)
     finally:
         query.stop()
-    return list(df.sparkSession.read.parquet(str(out)).collect()), progress
+    return list(df.sparkSession.read.parquet(str(out)).collect()), watch.batch_sizes(query)
 
 
-def test_a_named_publisher_through_format_reactive(spark: Any, tmp_path: Path) -> None:
+def test_a_named_publisher_through_format_reactive(spark: Any, watch: ProgressWatch,
+                                                  tmp_path: Path) -> None:
     record = tmp_path / "requests.jsonl"
     df = reactive(spark, publisher="spark_publishers:recorded_range", count=1500,
                   recordTo=record, maxRecordsPerTrigger=500).load()
-    rows, progress = run_until(df, tmp_path, 1500)
+    rows, batches = run_until(df, watch, tmp_path, 1500)
     assert sorted(int(r.value) for r in rows) == list(range(1500))
-    assert len(progress) >= 3 and all(p.numInputRows <= 500 for p in progress)
+    assert len(batches) >= 3 and max(batches) <= 500, batches
     recording = Recording(record)  # written by the publisher in the server's source runner
     assert recording.requests[0] == 500
     assert recording.max_outstanding <= 500
 
 
-def test_read_stream_with_a_factory_from_the_client(spark: Any, tmp_path: Path) -> None:
+def test_read_stream_with_a_factory_from_the_client(spark: Any, watch: ProgressWatch,
+                                                    tmp_path: Path) -> None:
     offset = 40  # a closure over client state travels to the server's source runner
     df = read_stream(spark, lambda options: RangePublisher(offset, 700),
                      schema="value BIGINT", maxRecordsPerTrigger=250)
-    rows, progress = run_until(df, tmp_path, 700)
+    rows, batches = run_until(df, watch, tmp_path, 700)
     assert sorted(r.value for r in rows) == list(range(offset, offset + 700))
-    assert len(progress) >= 3
+    assert len(batches) >= 3 and max(batches) <= 250, batches
 
 
 def test_publish_holds_the_query_to_a_slow_subscribers_demand(spark: Any,
@@ -110,7 +115,8 @@ def reports(folder: Path) -> list[dict[str, Any]]:
 
 
 def test_foreach_writer_feeds_subscribers_in_the_servers_workers(
-        spark: Any, connect_server: LocalConnectServer, tmp_path: Path) -> None:
+        spark: Any, watch: ProgressWatch, connect_server: LocalConnectServer,
+        tmp_path: Path) -> None:
     out = str(tmp_path)
 
     def factory(partition: int, epoch: int) -> DemandChecked:
@@ -121,11 +127,9 @@ def test_foreach_writer_feeds_subscribers_in_the_servers_workers(
     query = (df.writeStream.foreach(SubscriberForeachWriter(factory))
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
-        waited = 0.0
-        while sum(len(r["values"]) for r in reports(tmp_path)) < 1500:
-            assert not query.awaitTermination(0.5), f"the query ended: {query.exception()}"
-            waited += 0.5
-            assert waited < TIMEOUT_S, f"{reports(tmp_path)} in {TIMEOUT_S} s"
+        # A batch's progress comes after its tasks ended, and so after each partition's
+        # subscriber wrote its report (at on_complete, when the partition ended).
+        watch.wait_rows(query, 1500, TIMEOUT_S)
     finally:
         query.stop()
     written = reports(tmp_path)

@@ -1,0 +1,92 @@
+"""The session helpers under Databricks Connect: ``local_session()`` and
+``local_connect_session()`` refuse at once, saying what to use; ``notebook_session()`` and
+the notebooks' session cell build a ``DatabricksSession`` (here of the local server, through
+the notebook's ``REMOTE`` parameter)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from test_notebooks import (  # noqa: F401 - kernel_spec is a fixture, used by name
+    KERNEL,
+    NOTEBOOKS,
+    SMALL,
+    kernel_spec,
+    plots_without_picture,
+    printed,
+    run,
+)
+
+from pyspark_reactive.session import (
+    LocalSessionUnavailable,
+    local_connect_session,
+    local_session,
+    notebook_session,
+)
+
+
+@pytest.mark.parametrize("helper", [local_session, local_connect_session],
+                         ids=["local_session", "local_connect_session"])
+def test_local_helpers_refuse_at_once_saying_what_to_use(
+        helper: Callable[[], Any]) -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    started = time.monotonic()
+    with pytest.raises(LocalSessionUnavailable) as raised:
+        helper()
+    assert time.monotonic() - started < 5.0
+    assert isinstance(raised.value, RuntimeError)
+    message = str(raised.value)
+    assert f"{helper.__name__}()" in message
+    assert "Databricks Connect" in message and "only remote sessions" in message
+    for advice in ("DatabricksSession.builder.getOrCreate()",
+                   "DatabricksSession.builder.remote(...)", "the `spark` it defines",
+                   "pyspark-reactive[spark]"):
+        assert advice in message, advice
+    # Nothing was started on the way (no JVM, no Python worker).
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_notebook_session_is_a_databricks_session_of_the_remote(databricks_remote: str) -> None:
+    from databricks.connect import DatabricksSession
+
+    session = notebook_session(databricks_remote)
+    assert session is DatabricksSession.builder.remote(databricks_remote).getOrCreate()
+    assert type(session).__module__.startswith("pyspark.sql.connect")
+    assert session.version.startswith("4.0.")
+    assert session.range(7).count() == 7
+
+
+def test_notebook_session_without_remote_reads_the_databricks_configuration(
+        databricks_remote: str) -> None:
+    # The fixture pointed the SDK at a configuration file that does not exist: the error is
+    # the Databricks SDK's own, naming that file, not a local Spark starting.
+    with pytest.raises(ValueError, match="(?s)default auth: cannot configure default "
+                       "credentials.*config_file=.*no-databrickscfg"):
+        notebook_session()
+
+
+# Sizes for Spark 4.0, where an availableNow run reads one micro-batch (the source cannot
+# see the trigger): the quickstart's run is availableNow, so its one batch holds every row.
+# exactly_once does not run there as it is: its second run is availableNow too, and stops
+# after one batch of the rows left.
+NOTEBOOK_VALUES = {
+    "quickstart.ipynb": {"ROWS": 20_000, "MAX_RECORDS_PER_TRIGGER": 20_000},
+    "backpressure.ipynb": SMALL["backpressure.ipynb"],
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("kernel_spec")  # a kernel of this interpreter, named KERNEL
+@pytest.mark.parametrize("name", sorted(NOTEBOOK_VALUES))
+def test_notebook_runs_top_to_bottom_through_databricks_connect(
+        name: str, databricks_remote: str, tmp_path: Path) -> None:
+    values = {**NOTEBOOK_VALUES[name], "REMOTE": databricks_remote}
+    notebook = run(NOTEBOOKS / name, tmp_path, False, KERNEL, values)
+    text = printed(notebook)
+    assert "Spark 4.0.5, Spark Connect session" in text, text[:2000]
+    assert not plots_without_picture(notebook), "a plot cell drew nothing"
