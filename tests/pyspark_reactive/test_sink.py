@@ -295,8 +295,10 @@ def test_given_to_foreach_batch_directly_it_finds_its_query(spark: SparkSession,
                                                             tmp_path: Path) -> None:
     publisher = ForeachBatchPublisher(element="tuple")
     df = reactive(spark, publisher="range", count=500, maxRecordsPerTrigger=200).load()
-    query = (df.writeStream.foreachBatch(publisher).trigger(**UNTIL_DRAINED)
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    writer = df.writeStream.foreachBatch(publisher)
+    if UNTIL_DRAINED:
+        writer = writer.trigger(**UNTIL_DRAINED)
+    query = writer.option("checkpointLocation", str(tmp_path / "checkpoint")).start()
     subscriber = Checked(50)
     publisher.subscribe(subscriber)
     if not UNTIL_DRAINED:  # availableNow would run one batch here: stop it once all is in
