@@ -45,10 +45,16 @@ from .foreach_writer import SubscriberForeachWriter  # noqa: E402
 from .options import OptionError  # noqa: E402
 from .remote import expose, serve_publisher  # noqa: E402
 from .session import local_session  # noqa: E402
-from .sink import ForeachBatchPublisher, SparkConnectNotSupported, publish  # noqa: E402
+from .sink import (  # noqa: E402
+    AvailableNowWarning,
+    ForeachBatchPublisher,
+    SparkConnectNotSupported,
+    publish,
+)
 from .source import DefaultSource, read_stream  # noqa: E402
 
 __all__ = [
+    "AvailableNowWarning",
     "DefaultSource",
     "ForeachBatchPublisher",
     "OptionError",

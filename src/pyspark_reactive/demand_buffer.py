@@ -6,7 +6,8 @@ taken, exactly as many as were taken. The source's write-ahead log takes element
 they arrive (:meth:`DemandBuffer.hold`) without releasing their demand; a micro-batch
 releases it (:meth:`DemandBuffer.release`) when it takes them. A publisher that keeps up
 therefore sees one ``request(capacity)`` per micro-batch. :meth:`DemandBuffer.limit_demand`
-caps what is requested from then on (an ``availableNow`` trigger's bound). Calls on the
+caps what is requested from then on (an ``availableNow`` trigger's bound), and
+:meth:`DemandBuffer.resize` changes the window (a first batch sized otherwise). Calls on the
 subscription are made on one thread of the buffer's own (§2.7), so a synchronous publisher
 fills the next batch while Spark processes the current one.
 
@@ -432,8 +433,9 @@ class DemandBuffer(Subscriber[Any]):
                 self._wanted = 0
             return self.buffered >= wanted or self.ended or self._exhausted()
 
-    def limit_demand(self, more: int) -> None:
-        """Request at most ``more`` elements beyond those requested so far.
+    def limit_demand(self, more: int | None) -> None:
+        """Request at most ``more`` elements beyond those requested so far (``None``: lift
+        the limit; what was not requested meanwhile is not made up for, see :meth:`resize`).
 
         Demand that ``take`` (or ``on_subscribe``) would issue beyond the allowance is not
         requested, so a publisher that honours demand (§1.1) signals nothing past it. Call
@@ -441,10 +443,31 @@ class DemandBuffer(Subscriber[Any]):
         rows: batches are requested until that many rows have arrived (the last may bring
         more).
         """
-        if type(more) is not int or more < 0:
-            raise ValueError(f"DemandBuffer: more must be an int >= 0, got {more!r}")
+        if more is not None and (type(more) is not int or more < 0):
+            raise ValueError(f"DemandBuffer: more must be an int >= 0 or None, got {more!r}")
         with self._demand:
             self._allowance = more
+
+    def resize(self, capacity: int) -> None:
+        """Keep ``buffered + outstanding <= capacity`` from now on.
+
+        What the new window has room for is requested at once (within
+        :meth:`limit_demand`'s allowance); a smaller window is reached as elements are
+        taken, since :meth:`release` then requests only what it has room for. Call it from
+        the taking thread.
+        """
+        if type(capacity) is not int or capacity < 1:
+            raise ValueError(f"DemandBuffer: capacity must be an int >= 1, got {capacity!r}")
+        if self._arrow:
+            self.capacity = capacity
+            if not self.ended:
+                self._refill()
+            return
+        with self._releasing:
+            self.capacity = capacity
+            room = capacity - (self._requested - self._released)
+            if room > 0 and not self.ended and self._subscription is not None:
+                self._request(room)
 
     def take(self, most: int, wait: float = 0.0) -> list[Any]:
         """Take up to ``most`` buffered elements, waiting up to ``wait`` s for ``most``.
@@ -509,8 +532,10 @@ class DemandBuffer(Subscriber[Any]):
             return
         with self._releasing:
             self._released += count
-            if not self.ended:
-                self._request(count)
+            # As many as were taken, or fewer after resize() made the window smaller.
+            room = min(count, self.capacity - (self._requested - self._released))
+            if room > 0 and not self.ended:
+                self._request(room)
 
     def count(self, elements: list[Any]) -> int:
         """How many rows ``elements`` (as :meth:`hold` or :meth:`drain` returned them) hold:

@@ -157,7 +157,19 @@ class SourceOptions:
         Partitions per micro-batch; ``None`` to size them automatically.
     available_now_max_records : int
         The most elements an ``availableNow`` trigger takes from the publisher beyond
-        those the source holds when the trigger starts; then the query ends.
+        those the source holds when the trigger starts; then the query ends. Default
+        100 times ``maxRecordsPerTrigger``. Where Spark has no admission control for
+        Python sources (``pyspark.sql.streaming.datasource`` missing: Spark 4.0/4.1,
+        :data:`~pyspark_reactive.source.ADMISSION_CONTROL`), Spark runs ``availableNow``
+        as a single micro-batch and the source cannot see the trigger: there, given
+        explicitly, it sizes the first micro-batch of every query run, whatever the
+        trigger (rows a stopped run left in the write-ahead log come first; that batch
+        waits up to ``subscribeTimeoutMs`` for a first element, and nothing more is
+        requested from the publisher until Spark asks for a second batch, whose window is
+        ``maxRecordsPerTrigger`` again). Not given, that run's one batch holds at most
+        ``maxRecordsPerTrigger`` rows.
+    available_now_explicit : bool
+        Whether ``availableNowMaxRecords`` was given (rather than defaulted).
     wal_sync_ms : int
         With a write-ahead log, at most this many milliseconds pass between syncs of the
         elements that arrived (a group commit).
@@ -185,6 +197,7 @@ class SourceOptions:
     wal_sync_rows: int = DEFAULT_WAL_SYNC_ROWS
     subscribe_timeout_ms: int = DEFAULT_SUBSCRIBE_TIMEOUT_MS
     schema: str | None = None
+    available_now_explicit: bool = False
 
 
 def parse_source_options(options: Mapping[str, str], *,
@@ -282,7 +295,8 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
                          num_partitions=partitions, available_now_max_records=available_now,
                          raw=raw, wal_sync_ms=wal_sync_ms, wal_sync_rows=wal_sync_rows,
                          subscribe_timeout_ms=subscribe_timeout,
-                         schema=schema.strip() if schema else None)
+                         schema=schema.strip() if schema else None,
+                         available_now_explicit="availablenowmaxrecords" in lower)
 
 
 _KNOWN_LOWER = {name.lower(): name for name in SOURCE_OPTIONS}

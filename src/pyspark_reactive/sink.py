@@ -16,8 +16,10 @@ from __future__ import annotations
 import bisect
 import functools
 import logging
+import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -31,7 +33,8 @@ from reactive_streams import Publisher, Subscriber
 from reactive_streams.runners import ThreadRunner
 from reactive_streams.signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 
-__all__ = ["ELEMENT_TYPES", "ForeachBatchPublisher", "SparkConnectNotSupported", "publish"]
+__all__ = ["ELEMENT_TYPES", "AvailableNowWarning", "ForeachBatchPublisher",
+           "SparkConnectNotSupported", "publish"]
 
 log = logging.getLogger("pyspark_reactive.sink")
 
@@ -65,6 +68,17 @@ CONNECT_MESSAGE = (
 
 class SparkConnectNotSupported(RuntimeError):
     """ForeachBatchPublisher was used with a Spark Connect session."""
+
+
+class AvailableNowWarning(UserWarning):
+    """:func:`publish` was given ``availableNow`` where Spark runs it as one micro-batch.
+
+    Without admission control for Python streaming sources
+    (:data:`~pyspark_reactive.source.ADMISSION_CONTROL` false: Spark 4.0/4.1), Spark runs an
+    ``availableNow`` query that reads a Python data source (such as ``reactive``) as a
+    single micro-batch, then ends it. Filter it with ``warnings.filterwarnings("ignore",
+    category=AvailableNowWarning)``.
+    """
 
 
 class _DeliveryAborted(RuntimeError):
@@ -1071,6 +1085,86 @@ def _refuse_connect(df: Any) -> None:
         raise SparkConnectNotSupported(CONNECT_MESSAGE)
 
 
+# The names the reactive source goes by: DefaultSource.name(), and read_stream()'s.
+_REACTIVE_NAME = re.compile(r"reactive(_[0-9a-f]{12})?", re.IGNORECASE)
+
+
+def _python_sources(df: Any) -> list[str] | None:
+    """The Python data sources the streaming DataFrame reads, by name (None: not known).
+
+    Classic: every ``StreamingRelationV2`` over a ``PythonTable`` in the analyzed plan
+    (views resolved), whatever the source. Spark Connect: the client holds only the
+    unresolved plan, so the reactive source's own names (``reactive``, and those of
+    :func:`~pyspark_reactive.read_stream`) among its streaming reads by format; a stream
+    read by table name is not seen.
+    """
+    try:
+        if _is_connect(df):
+            return _connect_reactive_reads(df)
+        leaves = df._jdf.queryExecution().analyzed().collectLeaves()
+        names = []
+        for index in range(leaves.size()):
+            leaf = leaves.apply(index)
+            if (leaf.getClass().getSimpleName() == "StreamingRelationV2"
+                    and leaf.table().getClass().getSimpleName() == "PythonTable"):
+                names.append(str(leaf.sourceName()))
+        return names
+    except Exception:  # internals of another Spark: say what may happen, not what does
+        log.debug("could not tell which sources the query reads", exc_info=True)
+        return None
+
+
+def _connect_reactive_reads(df: Any) -> list[str]:
+    names: list[str] = []
+
+    def walk(message: Any) -> None:  # a protobuf message of the plan
+        if (message.DESCRIPTOR.full_name == "spark.connect.Read"
+                and message.is_streaming
+                and message.WhichOneof("read_type") == "data_source"):
+            name = message.data_source.format
+            if _REACTIVE_NAME.fullmatch(name):
+                names.append(name)
+        for field, value in message.ListFields():
+            if field.type != field.TYPE_MESSAGE:
+                continue
+            for item in (value if field.label == field.LABEL_REPEATED else [value]):
+                if hasattr(item, "ListFields"):  # not a map's key
+                    walk(item)
+
+    walk(df._plan.to_proto(df.sparkSession.client))
+    return names
+
+
+def _warn_if_single_batch(df: Any, trigger: dict[str, Any] | None) -> None:
+    """Warn (:class:`AvailableNowWarning`) where ``availableNow`` will run one micro-batch."""
+    from .source import ADMISSION_CONTROL
+
+    if ADMISSION_CONTROL or not trigger or trigger.get("availableNow") is not True:
+        return
+    sources = _python_sources(df)
+    if sources == []:
+        return  # Kafka, files and other JVM sources run availableNow in full
+    if sources is None:
+        reads = "if this query reads a Python data source (such as reactive), "
+    else:
+        reads = (f"this query reads the Python data source"
+                 f"{'s' if len(set(sources)) > 1 else ''} {', '.join(sorted(set(sources)))}: ")
+    where = ("this Spark Connect client's pyspark has no admission control for Python "
+             "streaming sources (a server that has it, such as a Databricks Runtime with "
+             "SPARK-55304, runs availableNow in full: then ignore this warning)"
+             if _is_connect(df) else
+             "this Spark has no admission control for Python streaming sources (no "
+             "pyspark.sql.streaming.datasource: Spark 4.0 and 4.1)")
+    warnings.warn(
+        f"publish(trigger={{'availableNow': True}}): {where}; {reads}Spark then runs each "
+        "availableNow run as a single micro-batch and ends it. A reactive source reads at "
+        "most maxRecordsPerTrigger rows in that batch, or availableNowMaxRecords if that "
+        "option is given (it then sizes the first batch of every run of the source, "
+        "whatever the trigger); what the publisher holds beyond it waits for the next run. "
+        "For runs of several batches bounded by availableNowMaxRecords, use Spark 4.2 or "
+        "newer.", AvailableNowWarning, stacklevel=3)
+
+
 def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
             when_unsubscribed: str = "wait", demand_timeout: float | None = None,
             when_stalled: str = "fail", trigger: dict[str, Any] | None = None,
@@ -1104,6 +1198,16 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
     ValueError
         For an argument not accepted.
 
+    Warns
+    -----
+    AvailableNowWarning
+        For ``trigger={"availableNow": True}`` where pyspark has no admission control for
+        Python streaming sources (Spark 4.0/4.1; detected by the API, not the version)
+        and the query reads a Python data source such as ``reactive`` (or that cannot be
+        told): Spark then runs each run as one micro-batch. Under Spark Connect the
+        client's pyspark is what is looked at, and only ``reactive`` sources read by
+        format are recognised.
+
     Notes
     -----
     Under Spark Connect the batch function runs on the server: each micro-batch is staged
@@ -1122,6 +1226,7 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
         raise ValueError(f"publish: client_timeout={client_timeout!r} is not accepted: a "
                          f"number of seconds >= {MIN_CLIENT_TIMEOUT_S:.0f} (the client "
                          f"renews its heartbeat every {HEARTBEAT_S:.0f} s)")
+    _warn_if_single_batch(df, trigger)
     if _is_connect(df):
         from .connect_sink import connect_publish
 

@@ -9,6 +9,11 @@ returns the end offset. ``partitions`` ships the batch's Arrow rows inside the p
 so ``read`` on the executors only decodes them. An ``availableNow`` trigger (Spark 4.2+)
 takes at most ``availableNowMaxRecords`` elements beyond those the source holds when it
 starts, and requests no more than that, so the query ends on an endless publisher too.
+
+Where Spark has no admission control for Python sources (:data:`ADMISSION_CONTROL` false:
+Spark 4.0/4.1), it runs an ``availableNow`` trigger as a single micro-batch and never tells
+the source which trigger runs; an ``availableNowMaxRecords`` given explicitly then sizes the
+first batch of every query run (see :class:`~pyspark_reactive.options.SourceOptions`).
 """
 
 from __future__ import annotations
@@ -58,9 +63,17 @@ except ImportError:  # Spark 4.0/4.1: latestOffset() is called with no arguments
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in so the reader's bases are the same on every Spark version."""
 
+#: Whether this pyspark has admission control for Python streaming sources
+#: (``pyspark.sql.streaming.datasource``: Spark 4.2+, and runtimes that back-ported
+#: SPARK-55304). Without it Spark runs an ``availableNow`` trigger over a Python source as a
+#: single micro-batch (it falls back to ``SingleBatchExecutor`` for any source that is not
+#: ``SupportsTriggerAvailableNow``) and the source never learns which trigger runs. The API is
+#: detected, never the version number; :func:`~pyspark_reactive.publish` reads this too.
+ADMISSION_CONTROL = ReadMaxRows is not None
 
-__all__ = ["DEFAULT_SCHEMA", "ArrowPartition", "DefaultSource", "ReactiveStreamReader",
-           "read_stream"]
+
+__all__ = ["ADMISSION_CONTROL", "DEFAULT_SCHEMA", "ArrowPartition", "DefaultSource",
+           "ReactiveStreamReader", "read_stream"]
 
 log = logging.getLogger("pyspark_reactive.source")
 
@@ -240,6 +253,14 @@ class _QueryRun:
         # Elements an availableNow trigger may still take from the publisher (None: no
         # bound, any other trigger, or Spark 4.0/4.1, which never say availableNow).
         self.available_now_left: int | None = None
+        # Without admission control an availableNow run is one micro-batch that the source
+        # cannot tell from any other: an explicit availableNowMaxRecords sizes the first
+        # batch of every run instead (None: not, or no longer). _window_pending: the
+        # demand window is still that batch's, until Spark asks for a second batch.
+        self._first_batch_most: int | None = (
+            options.available_now_max_records
+            if not ADMISSION_CONTROL and options.available_now_explicit else None)
+        self._window_pending = False
         # Whether this run's first availableNow batch has waited for a first element.
         self._first_waited = False
         self.parent = os.getppid()
@@ -308,6 +329,19 @@ class _QueryRun:
         most = self.options.max_records_per_trigger
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             most = max(1, min(most, limit.max_rows))
+        first = self._first_batch_most
+        if first is not None:
+            self._first_batch_most = None  # this run's first batch only
+            most = first
+            log.info("reactive source: this Spark has no admission control for Python "
+                     "sources, so it runs availableNow as one micro-batch and cannot tell "
+                     "the source which trigger runs: this run's first batch takes up to "
+                     "availableNowMaxRecords=%d elements (rows kept in the write-ahead log "
+                     "first), and the publisher is asked for no more until Spark asks for "
+                     "a second batch; later batches take up to maxRecordsPerTrigger=%d",
+                     first, self.options.max_records_per_trigger)
+            if first == 0:
+                return start
         recovered_end = self._recovered_end()
         if start < recovered_end:
             # Rows a stopped run left in the log that Spark has not planned yet: offer
@@ -323,9 +357,15 @@ class _QueryRun:
             raise intake.error
         if self.available_now_left == 0:
             return start  # the availableNow bound is reached: no batch, the query ends
-        buffer, intake = self._subscribed(start)
+        buffer, intake = self._subscribed(start, most if first is not None else None)
+        if self._window_pending and first is None:
+            # Spark asks for a second batch: the window is maxRecordsPerTrigger from now on.
+            self._window_pending = False
+            buffer.limit_demand(None)
+            buffer.resize(self.options.max_records_per_trigger)
         if self.available_now_left is not None:
             most = min(most, self.available_now_left)
+        if self.available_now_left is not None or first is not None:
             if not self._first_waited and buffer.buffered == 0:
                 # A live publisher (a broker, a socket) may take longer than fillWaitMs to
                 # connect and signal its first element; ending at fillWaitMs would make
@@ -354,6 +394,10 @@ class _QueryRun:
                 raise _publisher_failed(self.options, buffer.error)
             return start
         self._released += taken
+        if first is not None:
+            # Without admission control this batch may be the whole availableNow run:
+            # request nothing more until Spark asks for another (as 4.2+ would not).
+            buffer.limit_demand(0)
         buffer.release(taken)
         self._cut_at, self._cut_received = time.monotonic(), buffer.received
         if self.available_now_left is not None:
@@ -569,7 +613,10 @@ class _QueryRun:
 
     # -- the subscription ----------------------------------------------------------------
 
-    def _subscribed(self, start: int) -> tuple[DemandBuffer, Intake]:
+    def _subscribed(self, start: int, first_batch: int | None = None
+                    ) -> tuple[DemandBuffer, Intake]:
+        """The subscription, made on the first call; ``first_batch``: the demand window of
+        a first batch sized by availableNowMaxRecords (Spark without admission control)."""
         if self.buffer is not None and self.intake is not None:
             return self.buffer, self.intake
         base = max(start, self._recovered_end())
@@ -588,7 +635,8 @@ class _QueryRun:
         if not callable(getattr(publisher, "subscribe", None)):
             raise TypeError(f"reactive source: {name} returned {type(publisher).__name__}, "
                             "not a Publisher (an object with subscribe(subscriber))")
-        buffer = DemandBuffer(self.options.max_records_per_trigger)
+        buffer = DemandBuffer(first_batch or self.options.max_records_per_trigger)
+        self._window_pending = first_batch is not None
         if self.available_now_left is not None:
             buffer.limit_demand(self.available_now_left)
         self.buffer = buffer

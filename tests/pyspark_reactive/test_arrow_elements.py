@@ -26,6 +26,7 @@ from pyspark_reactive.arrow_elements import ArrowElementError, ArrowElements, ar
 from pyspark_reactive.demand_buffer import DemandBuffer
 from pyspark_reactive.intake import Intake
 from pyspark_reactive.rows import RowConverter, arrow_schema
+from pyspark_reactive.source import ADMISSION_CONTROL
 from reactive_streams import IterablePublisher, Publisher, Subscription
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source.py
@@ -298,7 +299,10 @@ def test_a_restarted_query_resumes_the_publisher_at_a_row_inside_a_batch(
                      availableNowMaxRecords=1300, resumedTo=resumed,
                      recordTo=tmp_path / "requests.jsonl")
     sizes: list[int] = []
-    for _ in range(4):  # Spark 4.2+: 1300 rows a run; 4.0/4.1: one batch of 1000
+    # Spark 4.2+: 1300 rows a run in batches of 1000; 4.0/4.1: one batch a run, which the
+    # explicit availableNowMaxRecords sizes (1300 rows: the Arrow batch that crosses it is
+    # sliced, and its rest is lost with the run, as there is no log).
+    for _ in range(4):
         query = (df.writeStream.format("parquet").option("path", str(output))
                  .option("checkpointLocation", str(checkpoint))
                  .trigger(availableNow=True).start())
@@ -307,7 +311,7 @@ def test_a_restarted_query_resumes_the_publisher_at_a_row_inside_a_batch(
         sizes += watch.batch_sizes(query)
         if sum(sizes) >= 2500:
             break
-    assert max(sizes) <= 1000, sizes
+    assert max(sizes) <= (1000 if ADMISSION_CONTROL else 1300), sizes
     ids = [r.id for r in spark.read.parquet(str(output)).collect()]
     assert sorted(ids) == list(range(2500)), "a row lost or repeated across the restarts"
     starts = [int(line) for line in resumed.read_text().split()]

@@ -200,6 +200,7 @@ def _kept_in_log(wal: Path, end: int) -> list[int]:
             for value in log.read(entry).column("value").to_pylist()]
 
 
+@pytest.mark.spark_lines
 def test_available_now_runs_in_a_row_end_on_an_endless_queue_and_lose_nothing(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:
@@ -243,18 +244,12 @@ def test_available_now_runs_in_a_row_end_on_an_endless_queue_and_lose_nothing(
         assert set(earlier_kept) <= added, "rows kept in the log come in the next run"
         if earlier_kept:
             assert sizes[0] == len(earlier_kept), "...as its first batch"
-        if ADMISSION_CONTROL:
-            # The bound is counted from the trigger's start, and nothing beyond it is
-            # requested: each run takes exactly `bound` elements and the log keeps none.
-            assert sizes == [100, 50], sizes
-            assert len(emitted) == bound * (run + 1) and kept == []
-        else:
-            # Spark 4.0/4.1: one batch per run; the elements requested for the next batch
-            # are kept in the log when the runner stops, and are the next run's batch
-            # (which then takes nothing from the queue).
-            assert sizes == [100], sizes
-            assert len(kept) == (0 if run == 1 else 100), kept
-    assert len(sink) == (3 * bound if ADMISSION_CONTROL else 300)
+        # The bound is counted from the trigger's start, and nothing beyond it is
+        # requested: each run takes exactly `bound` elements and the log keeps none.
+        # Spark 4.0/4.1 run each as one batch, which the explicit bound sizes.
+        assert sizes == ([100, 50] if ADMISSION_CONTROL else [bound]), sizes
+        assert len(emitted) == bound * (run + 1) and kept == []
+    assert len(sink) == 3 * bound
 
 
 _SIGTERM_DURING_STOP = """
