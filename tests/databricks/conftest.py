@@ -14,6 +14,7 @@ server), ``databricks_remote`` (its ``sc://`` address with the token) and ``spar
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+if importlib.util.find_spec("databricks.connect") is None:
+    raise pytest.UsageError(
+        f"tests/databricks run in the Databricks Connect venv, and {sys.executable} has no "
+        "databricks-connect: make the venvs with 'python tests/databricks/environments.py "
+        "--python312 PATH', then run '.venv-dbconnect/bin/python -m pytest tests/databricks' "
+        "with PYSPARK_REACTIVE_DBSERVER_PYTHON set to the DBSERVER_PYTHON it prints")
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
