@@ -9,7 +9,8 @@ line (4.0), started as a process of its own from ``.venv-dbserver``, whose inter
         .venv-dbconnect/bin/python -m pytest tests/databricks
 
 The fixtures are meant for reuse (the serverless tests): ``connect_server`` (the running
-server), ``databricks_remote`` (its ``sc://`` address with the token) and ``spark``.
+server), ``databricks_remote`` (its ``sc://`` address with the token),
+``no_databricks_configuration`` and ``spark``.
 """
 
 from __future__ import annotations
@@ -72,10 +73,16 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCo
 
 
 @pytest.fixture(scope="session")
-def databricks_remote(connect_server: LocalConnectServer,
-                      tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The ``sc://`` address of the server, token included, for ``DatabricksSession``."""
+def no_databricks_configuration(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """This process's Databricks Connect reads no user configuration (see
+    :func:`databricks_client_environment`)."""
     databricks_client_environment(tmp_path_factory.mktemp("databricks-config"))
+
+
+@pytest.fixture(scope="session")
+def databricks_remote(connect_server: LocalConnectServer,
+                      no_databricks_configuration: None) -> str:
+    """The ``sc://`` address of the server, token included, for ``DatabricksSession``."""
     return connect_server.remote
 
 

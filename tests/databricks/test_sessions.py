@@ -61,8 +61,8 @@ def test_notebook_session_is_a_databricks_session_of_the_remote(databricks_remot
     assert session.range(7).count() == 7
 
 
-def test_notebook_session_without_remote_reads_the_databricks_configuration(
-        databricks_remote: str) -> None:
+@pytest.mark.usefixtures("no_databricks_configuration")
+def test_notebook_session_without_remote_reads_the_databricks_configuration() -> None:
     # The fixture pointed the SDK at a configuration file that does not exist: the error is
     # the Databricks SDK's own, naming that file, not a local Spark starting.
     with pytest.raises(ValueError, match="(?s)default auth: cannot configure default "
