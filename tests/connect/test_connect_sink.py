@@ -119,7 +119,6 @@ def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(spark: SparkSe
     assert subscriber.done.wait(60) and subscriber.completed
 
 
-@pytest.mark.spark_lines
 def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     df = (reactive(spark, publisher="spark_publishers:failing", count=25,

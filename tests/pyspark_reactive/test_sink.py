@@ -226,7 +226,6 @@ def test_a_year_month_interval_column_fails_the_batch_naming_it(spark: SparkSess
     assert "year-month interval" in str(subscriber.error)
 
 
-@pytest.mark.spark_lines
 def test_query_failure_reaches_subscribers_as_on_error(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     df = (reactive(spark, publisher="spark_publishers:failing", count=25,
@@ -290,7 +289,6 @@ def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
         ForeachBatchPublisher(**kwargs)
 
 
-@pytest.mark.spark_lines
 def test_given_to_foreach_batch_directly_it_finds_its_query(spark: SparkSession,
                                                             tmp_path: Path) -> None:
     publisher = ForeachBatchPublisher(element="tuple")
