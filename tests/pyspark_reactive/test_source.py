@@ -78,6 +78,7 @@ def to_memory(df: Any, queries: list[StreamingQuery], tmp_path: Path,
     return query, name
 
 
+@pytest.mark.spark_lines
 def test_finite_publisher_in_batches_of_max_records(spark: SparkSession, watch: ProgressWatch,
                                                     queries: list[StreamingQuery],
                                                     tmp_path: Path) -> None:
@@ -138,6 +139,7 @@ def test_builtin_range_needs_no_schema_and_is_found_without_register(
     assert watch.batch_sizes(query) == [10, 10, 5]
 
 
+@pytest.mark.spark_lines
 def test_register_works_too(spark: SparkSession) -> None:
     if SPARK < (4, 1):
         # Spark 4.0 refuses to register again a name it found on its own (see README).
@@ -185,6 +187,7 @@ def test_available_now_waits_for_a_publisher_slower_to_start_than_fill_wait(
         assert rows == []
 
 
+@pytest.mark.spark_lines
 def test_a_factory_s_default_schema_is_the_schema_when_none_is_given(
         spark: SparkSession) -> None:
     described = reactive(spark, publisher="spark_publishers:described", count=3).load()
@@ -282,6 +285,7 @@ print("stop returned")
 """
 
 
+@pytest.mark.spark_lines
 def test_sigterm_during_stop_waits_for_the_held_rows_to_be_logged(tmp_path: Path) -> None:
     # When a query ends, Spark sends the runner SIGTERM and closes its socket, which makes
     # the runner call stop(); a SIGTERM arriving while stop() logs the rows it holds must
@@ -295,6 +299,7 @@ def test_sigterm_during_stop_waits_for_the_held_rows_to_be_logged(tmp_path: Path
     assert _kept_in_log(wal, 100) == list(range(100, 200)), done.stderr
 
 
+@pytest.mark.spark_lines
 def test_read_stream_ships_a_closure(spark: SparkSession, watch: ProgressWatch,
                                      queries: list[StreamingQuery], tmp_path: Path) -> None:
     words = ["alpha", "beta", "gamma"]
@@ -313,6 +318,7 @@ def test_read_stream_ships_a_closure(spark: SparkSession, watch: ProgressWatch,
     assert max(watch.batch_sizes(query)) <= 8
 
 
+@pytest.mark.spark_lines
 def test_publisher_error_fails_the_query_after_the_rows_before_it(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:
@@ -369,6 +375,7 @@ def test_restart_with_wal_gives_every_row_exactly_once(spark: SparkSession,
     assert values == list(range(total))
 
 
+@pytest.mark.spark_lines
 @pytest.mark.parametrize(("options", "message"), [
     ({}, "option publisher=None"),
     ({"publisher": "no_such_module_xyz:make"}, "importing 'no_such_module_xyz' failed"),
@@ -402,6 +409,7 @@ def test_available_now_max_records_defaults_to_a_hundred_batches() -> None:
     assert bound(maxRecordsPerTrigger="7", AVAILABLENOWMAXRECORDS=" 0 ") == 0
 
 
+@pytest.mark.spark_lines
 def test_unwritable_wal_location_fails_at_load(spark: SparkSession, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
