@@ -1127,7 +1127,8 @@ def _connect_reactive_reads(df: Any) -> list[str]:
         for field, value in message.ListFields():
             if field.type != field.TYPE_MESSAGE:
                 continue
-            for item in (value if field.label == field.LABEL_REPEATED else [value]):
+            # A message, or a repeated field's (or a map's) container of them.
+            for item in ([value] if hasattr(value, "ListFields") else value):
                 if hasattr(item, "ListFields"):  # not a map's key
                     walk(item)
 
