@@ -8,7 +8,6 @@ keeps its ``id``, and each of its runs is watched on its own.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 import time
@@ -19,11 +18,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-#: Whether this pyspark has admission control for Python streaming sources
-#: (``pyspark.sql.streaming.datasource``: Spark 4.2+), told by the API as the connector
-#: tells it, never by the version number. Without it (Spark 4.0/4.1) Spark runs an
-#: ``availableNow`` query over a Python source as a single micro-batch.
-ADMISSION_CONTROL = importlib.util.find_spec("pyspark.sql.streaming.datasource") is not None
+from pyspark_reactive.source import ADMISSION_CONTROL
+
+# ADMISSION_CONTROL: whether this pyspark has admission control for Python streaming
+# sources (``pyspark.sql.streaming.datasource``: Spark 4.2+), told by the API as the
+# connector tells it, never by the version number. Without it (Spark 4.0/4.1) Spark runs
+# an ``availableNow`` query over a Python source as a single micro-batch.
+
 #: The trigger (``writeStream.trigger(**UNTIL_DRAINED)``) of a test that reads a finite
 #: publisher to its end: ``availableNow`` where it runs to the end (the query then ends by
 #: itself), else the default trigger, and :meth:`ProgressWatch.wait_drained` stops it.

@@ -24,11 +24,12 @@ from streaming import ProgressWatch, install
 
 from pyspark_reactive import DefaultSource, read_stream
 from pyspark_reactive.options import parse_source_options
+from pyspark_reactive.source import ADMISSION_CONTROL
 from pyspark_reactive.wal import WriteAheadLog
 
-# Spark 4.0/4.1 have no admission control for Python sources (see the README).
+# The Spark line, only where a test states a behaviour of the line itself (register);
+# admission control (ADMISSION_CONTROL) is told by the API, as the source tells it.
 SPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
-ADMISSION_CONTROL = SPARK >= (4, 2)
 
 
 @pytest.fixture(scope="module")
