@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import wait_until
 from pyspark.sql import SparkSession
 from spark_publishers import Recording
 from streaming import ADMISSION_CONTROL
@@ -23,7 +24,7 @@ from test_sink_faults import (
     numbers,
 )
 
-from pyspark_reactive import ForeachBatchPublisher, publish
+from pyspark_reactive import ForeachBatchPublisher, connect_sink, publish
 
 #: The trigger that ends a query by itself once its finite publisher is drained. Without
 #: admission control for Python sources (Spark 4.0/4.1) ``availableNow`` runs a single
@@ -93,8 +94,15 @@ def test_several_subscribers_each_get_every_row(spark: SparkSession, tmp_path: P
         assert subscriber.violations == []
 
 
-def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(spark: SparkSession,
-                                                                  tmp_path: Path) -> None:
+def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    new_token, tokens = connect_sink.new_token, []
+
+    def recorded_token() -> str:  # this publisher's token names its heartbeat view
+        tokens.append(new_token())
+        return tokens[-1]
+
+    monkeypatch.setattr(connect_sink, "new_token", recorded_token)
     record = tmp_path / "requests.jsonl"
     df = (reactive(spark, publisher="spark_publishers:recorded_range", recordTo=record,
                    count=1000, maxRecordsPerTrigger=100).schema("value BIGINT").load())
@@ -104,8 +112,19 @@ def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(spark: SparkSe
     publisher.subscribe(subscriber)
     subscriber.wait_for(50)
     # Held: the first batch (100 rows) cannot be delivered, so Spark plans no other and
-    # the source asks its publisher for no more than the batch it refilled.
-    threading.Event().wait(2.0)  # an observation window: nothing may move in it
+    # the source asks its publisher for no more than the batch it refilled. Observed over
+    # events of the pipeline rather than a fixed time: the source's refill request, then
+    # three of the client's heartbeats, which the waiting batch function reads every
+    # second (a batch function that had returned would have let Spark plan batch 1).
+    wait_until(lambda: sum(Recording(record).requests) >= 200, 120,
+               "the source's request for the batch behind the held one")
+
+    def beats() -> int:
+        mark = connect_sink._get_mark(spark, connect_sink._alive_view(tokens[0]))
+        return int(mark[0]) if mark is not None else 0
+
+    first = beats()
+    wait_until(lambda: beats() >= first + 3, 120, "three heartbeats of the held batch")
     assert len(subscriber.elements) == 50 and subscriber.violations == []
     assert sum(Recording(record).requests) <= 200
     assert publisher.batch_id == 0
