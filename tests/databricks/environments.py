@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "peers"))
 
-from wheel import project_wheel  # noqa: E402 - tests/peers, put on the path just above
+from project_wheel import project_wheel  # noqa: E402 - tests/peers, put on the path just above
 
 STAMP = ".pyspark-reactive-stamp.json"
 # Databricks Connect's newest 17.x line: Spark 4.0, Python 3.12 only.

@@ -10,13 +10,14 @@ which needs Python 3.12, is ``tests/databricks``.)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
-from wheel import project_wheel
+from project_wheel import project_wheel
 
 # Installing pyspark (a 400 MB package) into a new environment takes a while on 2 cores,
 # and building it from its sdist the first time (pip then keeps the wheel) much longer.
@@ -37,10 +38,13 @@ def _pip(python: Path, *args: str) -> None:
 
 
 def _run(python: Path, code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    # No PYTHONPATH: the environment's own site-packages only, not this checkout's src/.
+    # The environment's own site-packages only: not this checkout's src/ (PYTHONPATH) nor
+    # this venv. JAVA_HOME and PATH stay, for the same Java as ./dev checked.
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON",
+                          "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                          timeout=timeout, env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
-                          cwd=python.parent)
+                          timeout=timeout, env=env, cwd=python.parent)
 
 
 def _distributions(python: Path) -> set[str]:

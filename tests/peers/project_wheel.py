@@ -1,5 +1,7 @@
-"""The project's wheel, as ``python -m build`` makes it from this checkout, for the tests that
-install the package as a user would (tests/install, tests/databricks).
+"""The project's wheel, as ``python -m build`` makes it from this checkout (an sdist first,
+then the wheel from the sdist, so a file the sdist leaves out is missed here too), for the
+tests that install the package as a user would (tests/install, tests/databricks). Named
+``project_wheel``, not ``wheel``, so it never shadows the ``wheel`` package.
 
 ``./dev test`` builds it once per run and names it in ``PYSPARK_REACTIVE_WHEEL``; run
 alone, a test builds it here (into ``build/wheel/`` of the checkout) on first use.
@@ -17,16 +19,17 @@ WHEEL_VARIABLE = "PYSPARK_REACTIVE_WHEEL"
 
 
 def build_wheel(outdir: Path | None = None) -> Path:
-    """Build the checkout's wheel with ``python -m build --wheel`` and return its path."""
+    """Build the checkout's sdist and, from it, its wheel (``python -m build``); return the
+    wheel's path."""
     outdir = outdir or ROOT / "build" / "wheel"
     outdir.mkdir(parents=True, exist_ok=True)
-    for old in outdir.glob("pyspark_reactive-*.whl"):
+    for old in [*outdir.glob("pyspark_reactive-*.whl"), *outdir.glob("pyspark_reactive-*.tar.gz")]:
         old.unlink()
     result = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(outdir), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(outdir), str(ROOT)],
         capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
-        raise RuntimeError(f"python -m build --wheel failed:\n{result.stdout}\n{result.stderr}")
+        raise RuntimeError(f"python -m build failed:\n{result.stdout}\n{result.stderr}")
     wheels = sorted(outdir.glob("pyspark_reactive-*.whl"))
     if len(wheels) != 1:
         raise RuntimeError(f"expected one wheel in {outdir}, found {wheels}")
