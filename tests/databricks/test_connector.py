@@ -13,6 +13,8 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,3 +143,31 @@ def test_foreach_writer_feeds_subscribers_in_the_servers_workers(
     for report in written:
         assert report["pid"] != os.getpid()
         assert connect_server.process.pid in report["ancestry"], report["ancestry"]
+
+
+_TOKENLESS = """
+import json, sys
+from pyspark.sql.connect.session import SparkSession
+
+try:
+    spark = SparkSession(connection=sys.argv[1])  # the server's address with no token
+    spark.release_session_on_close = False
+    print(json.dumps({"ran": spark.range(3).count()}))
+except Exception as error:
+    print(json.dumps({"error": f"{type(error).__name__}: {error}"[:600]}))
+"""
+
+
+def test_the_local_server_refuses_a_client_without_its_token(
+        spark: Any, connect_server: LocalConnectServer) -> None:
+    # The stand-in listens on 127.0.0.1, open to every local user: like Databricks, it
+    # must serve only clients that present the token (here, the fixture's session).
+    done = subprocess.run([sys.executable, "-c", _TOKENLESS,
+                           f"sc://localhost:{connect_server.port}"],
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the client: {done.stdout[-800:]} {done.stderr[-800:]}"
+    result = json.loads(lines[-1])
+    assert "ran" not in result, f"a client without the token ran a query: {result}"
+    assert "UNAUTHENTICATED" in result["error"], result
+    assert spark.range(3).count() == 3  # the session with the token still works
