@@ -11,9 +11,7 @@ backpressure promises. Run it with ``python -m pyspark_reactive.demo --help``.
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime
-import json
 import sys
 import tempfile
 import threading
@@ -22,6 +20,8 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from reactive_streams import AsyncSubscriber
+
+from .progress import source_offset
 
 __all__ = ["main"]
 
@@ -88,27 +88,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _offset(value: Any) -> int | None:
-    # Progress carries offsets as JSON text, or parsed, depending on how it was read; the
-    # lastProgress of pyspark 4.0/4.1 holds str() of the parsed offset instead: a Python
-    # dict's repr ("{'offset': 500}"), or "None" for an offset Spark does not show.
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            try:
-                value = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                return None
-    return value.get("offset") if isinstance(value, dict) else None
-
-
 def _source_state(progress: dict[str, Any] | None) -> tuple[int, int]:
     """(batch id, rows the source holds) from a query progress, as far as Spark shows."""
     if not progress or not progress.get("sources"):
         return -1, 0
     source = progress["sources"][0]
-    end, latest = _offset(source.get("endOffset")), _offset(source.get("latestOffset"))
+    end = source_offset(source.get("endOffset"))
+    latest = source_offset(source.get("latestOffset"))
     held = latest - end if latest is not None and end is not None else 0
     return int(progress.get("batchId", -1)), max(0, held)
 
