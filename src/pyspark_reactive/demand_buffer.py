@@ -6,10 +6,17 @@ taken, exactly as many as were taken. The source's write-ahead log takes element
 they arrive (:meth:`DemandBuffer.hold`) without releasing their demand; a micro-batch
 releases it (:meth:`DemandBuffer.release`) when it takes them. A publisher that keeps up
 therefore sees one ``request(capacity)`` per micro-batch. :meth:`DemandBuffer.limit_demand`
-caps what is requested from then on (an ``availableNow`` trigger's bound), and
-:meth:`DemandBuffer.resize` changes the window (a first batch sized otherwise). Calls on the
-subscription are made on one thread of the buffer's own (§2.7), so a synchronous publisher
-fills the next batch while Spark processes the current one.
+caps what is requested from then on (an ``availableNow`` trigger's bound),
+:meth:`DemandBuffer.resize` changes the window, and :meth:`DemandBuffer.reopen` does both
+at once (lifts the cap and sets the window: a first batch sized otherwise gives way to the
+usual one). Calls on the subscription are made on one thread of the buffer's own (§2.7), so
+a synchronous publisher fills the next batch while Spark processes the current one.
+
+**Locks.** ``_demand`` then ``_releasing``, never the other way round. The allowance and
+the window (``capacity``) are written under both, so a reader holding either sees them
+consistent: row mode requests under ``_releasing`` (:meth:`DemandBuffer.release` is called
+by the taking thread and by the intake's), Arrow mode under ``_demand``. No call on the
+subscription is made under either lock: demand is counted under them and issued after.
 
 **Arrow mode.** A publisher whose elements are ``pyarrow.RecordBatch`` es declares it
 (``arrow_batches = True``, see :mod:`pyspark_reactive.arrow_elements`), or its first element
@@ -156,8 +163,11 @@ class DemandBuffer(Subscriber[Any]):
         self._subscribed.set()
         if self._arrow:
             self._refill()
-        else:
-            self._request(self.capacity)
+            return
+        # The window, less what a reopen() that saw the subscription already requested.
+        with self._releasing:
+            more = self._request(self.capacity - (self._requested - self._released))
+        self._issue(more)
 
     def on_next(self, element: Any) -> None:
         if element is None:
@@ -243,10 +253,11 @@ class DemandBuffer(Subscriber[Any]):
                     "demand already requested are batches, and may bring that many batches "
                     "(rows far beyond capacity %d) before demand counts rows", self._requested,
                     self.capacity)
-        with self._demand:
-            if self._allowance is not None:
+        with self._demand, self._releasing:
+            allowance = self._allowance
+            if allowance is not None:
                 # Arrow mode counts the allowance as rows arrive, not as demand is made.
-                self._allowance += self._requested
+                self._allowance = allowance + self._requested
             self._arrow = True
 
     def _accept_batch(self, element: Any) -> None:
@@ -411,10 +422,11 @@ class DemandBuffer(Subscriber[Any]):
         ends the wait early (the source uses it to notice that its parent is gone).
         """
         wanted = max(1, min(wanted, self.capacity))
-        if self._allowance is not None and not self._arrow:
+        allowance = self._allowance  # read once: the intake's release() may change it
+        if allowance is not None and not self._arrow:
             # Past limit_demand's allowance, elements that will never be requested never
             # come: wait only for those that can.
-            wanted = min(wanted, self.buffered + self.outstanding + self._allowance)
+            wanted = min(wanted, self.buffered + self.outstanding + allowance)
         deadline = time.monotonic() + timeout
         with self._changed:
             try:
@@ -435,7 +447,7 @@ class DemandBuffer(Subscriber[Any]):
 
     def limit_demand(self, more: int | None) -> None:
         """Request at most ``more`` elements beyond those requested so far (``None``: lift
-        the limit; what was not requested meanwhile is not made up for, see :meth:`resize`).
+        the limit; what was not requested meanwhile is not made up for, see :meth:`reopen`).
 
         Demand that ``take`` (or ``on_subscribe``) would issue beyond the allowance is not
         requested, so a publisher that honours demand (§1.1) signals nothing past it. Call
@@ -445,7 +457,7 @@ class DemandBuffer(Subscriber[Any]):
         """
         if more is not None and (type(more) is not int or more < 0):
             raise ValueError(f"DemandBuffer: more must be an int >= 0 or None, got {more!r}")
-        with self._demand:
+        with self._demand, self._releasing:
             self._allowance = more
 
     def resize(self, capacity: int) -> None:
@@ -456,18 +468,40 @@ class DemandBuffer(Subscriber[Any]):
         taken, since :meth:`release` then requests only what it has room for. Call it from
         the taking thread.
         """
+        self._window(capacity, lift=False)
+
+    def reopen(self, capacity: int) -> None:
+        """Lift :meth:`limit_demand`'s allowance and make the window ``capacity``, at once,
+        and request what the new window has room for.
+
+        The source's first batch sized by ``availableNowMaxRecords`` (Spark without
+        admission control) is cut with ``limit_demand(0)``; when Spark asks for a second
+        batch this reopens the usual window. One step under the buffer's locks, so a
+        :meth:`release` on another thread (the intake's, for elements it left out) sees
+        either the old allowance and window or the new ones, never a mix. Call it from the
+        taking thread.
+        """
+        self._window(capacity, lift=True)
+
+    def _window(self, capacity: int, lift: bool) -> None:
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"DemandBuffer: capacity must be an int >= 1, got {capacity!r}")
-        if self._arrow:
+        more = 0
+        with self._demand, self._releasing:  # drain()'s order
+            if lift:
+                self._allowance = None
             self.capacity = capacity
+            arrow = self._arrow
+            if (not arrow and not self.ended and not self._sealed
+                    and self._subscription is not None):
+                # Row mode (or not known yet): what the window has room for. Before
+                # on_subscribe, on_subscribe requests the window.
+                more = self._request(capacity - (self._requested - self._released))
+        if arrow:
             if not self.ended:
                 self._refill()
             return
-        with self._releasing:
-            self.capacity = capacity
-            room = capacity - (self._requested - self._released)
-            if room > 0 and not self.ended and self._subscription is not None:
-                self._request(room)
+        self._issue(more)
 
     def take(self, most: int, wait: float = 0.0) -> list[Any]:
         """Take up to ``most`` buffered elements, waiting up to ``wait`` s for ``most``.
@@ -526,16 +560,19 @@ class DemandBuffer(Subscriber[Any]):
         if count <= 0:
             return
         if self._arrow:
-            self._released += count
+            with self._releasing:  # the intake's thread may release too
+                self._released += count
             if not self.ended:
                 self._refill()
             return
         with self._releasing:
             self._released += count
-            # As many as were taken, or fewer after resize() made the window smaller.
-            room = min(count, self.capacity - (self._requested - self._released))
-            if room > 0 and not self.ended:
-                self._request(room)
+            more = 0
+            if not self.ended:
+                # As many as were taken, or fewer after resize() made the window smaller.
+                more = self._request(
+                    min(count, self.capacity - (self._requested - self._released)))
+        self._issue(more)
 
     def count(self, elements: list[Any]) -> int:
         """How many rows ``elements`` (as :meth:`hold` or :meth:`drain` returned them) hold:
@@ -576,15 +613,21 @@ class DemandBuffer(Subscriber[Any]):
             self._drained = True
         return drained
 
-    def _request(self, n: int) -> None:
-        if self._allowance is not None:
-            n = min(n, self._allowance)
-            self._allowance -= n
-            if n == 0:
-                return
+    def _request(self, n: int) -> int:
+        # Row mode, under _releasing: count up to n more as requested, within the
+        # allowance, and return how many; the caller issues them (_issue) once it has let
+        # go of the locks (a synchronous publisher signals inside request()).
+        allowance = self._allowance  # read once; written only under _releasing here
+        if allowance is not None:
+            n = min(n, allowance)
+            if n <= 0:
+                return 0
+            self._allowance = allowance - n
+        elif n <= 0:
+            return 0
         self._requested += n
         self.max_outstanding = max(self.max_outstanding, self._requested - self._received)
-        self._issue(n)
+        return n
 
     def _refill(self) -> None:
         # Arrow mode: one batch at a time, while fewer than capacity rows are buffered.
@@ -599,7 +642,7 @@ class DemandBuffer(Subscriber[Any]):
 
     def _issue(self, n: int) -> None:
         subscription = self._subscription
-        if subscription is None:
+        if n <= 0 or subscription is None:
             return  # on_subscribe requests the whole window
         if self._calls is None:
             subscription.request(n)

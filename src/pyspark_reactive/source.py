@@ -340,14 +340,16 @@ class _QueryRun:
                      "first), and the publisher is asked for no more until Spark asks for "
                      "a second batch; later batches take up to maxRecordsPerTrigger=%d",
                      first, self.options.max_records_per_trigger)
-            if first == 0:
-                return start
         recovered_end = self._recovered_end()
         if start < recovered_end:
             # Rows a stopped run left in the log that Spark has not planned yet: offer
-            # them before anything new.
-            self.cursor = min(start + most, recovered_end)
+            # them before anything new (availableNowMaxRecords=0 takes nothing new, not
+            # nothing: these batches take up to maxRecordsPerTrigger).
+            self.cursor = min(start + (most or self.options.max_records_per_trigger),
+                              recovered_end)
             return self.cursor
+        if first == 0:
+            return start  # this run's first batch may take nothing new
         intake = self.intake
         if intake is not None and start < intake.base + self._released:
             # Rows this run offered before and Spark asks for again: offer them again.
@@ -359,10 +361,11 @@ class _QueryRun:
             return start  # the availableNow bound is reached: no batch, the query ends
         buffer, intake = self._subscribed(start, most if first is not None else None)
         if self._window_pending and first is None:
-            # Spark asks for a second batch: the window is maxRecordsPerTrigger from now on.
+            # Spark asks for a second batch: the window is maxRecordsPerTrigger from now on,
+            # with limit_demand(0) lifted in the same step (the intake's thread may be
+            # releasing elements it left out meanwhile).
             self._window_pending = False
-            buffer.limit_demand(None)
-            buffer.resize(self.options.max_records_per_trigger)
+            buffer.reopen(self.options.max_records_per_trigger)
         if self.available_now_left is not None:
             most = min(most, self.available_now_left)
         if self.available_now_left is not None or first is not None:

@@ -15,6 +15,7 @@ with a write-ahead log: test_source.py's
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -24,11 +25,12 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamReader, StreamingQuery
-from spark_publishers import Recording
+from spark_publishers import Recording, handed_out
 from streaming import ProgressWatch, install
 
 from pyspark_reactive import AvailableNowWarning, publish
 from pyspark_reactive.source import ADMISSION_CONTROL
+from pyspark_reactive.wal import WriteAheadLog
 from reactive_streams import Subscriber, Subscription
 
 pytestmark = pytest.mark.spark_lines
@@ -238,8 +240,7 @@ def test_the_demand_window_of_a_first_batch_gives_way_to_max_records(tmp_path: P
     buffer.limit_demand(0)  # the first batch is cut: nothing more until a second is asked
     assert buffer.take(250) == list(range(250))
     assert buffer.outstanding == 0 and Recording(record).requests == [250]
-    buffer.limit_demand(None)
-    buffer.resize(100)  # Spark asks for a second batch: the window is 100 from now on
+    buffer.reopen(100)  # Spark asks for a second batch: the window is 100 from now on
     assert buffer.take(100, wait=10) == list(range(250, 350))
     assert buffer.wait(100, timeout=10)
     assert buffer.buffered + buffer.outstanding == 100
@@ -269,3 +270,60 @@ def test_a_smaller_window_is_reached_as_elements_are_taken(tmp_path: Path) -> No
     assert Recording(record).requests == [250, 50, 100]
     with pytest.raises(ValueError, match="capacity must be an int >= 1"):
         buffer.resize(0)
+
+
+def test_available_now_max_records_0_still_offers_the_rows_kept_in_the_log(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # A stopped run leaves rows in the write-ahead log; a next run with
+    # availableNowMaxRecords=0 takes nothing new from the publisher, but the rows kept in
+    # the log come first on every line, in a batch of up to maxRecordsPerTrigger.
+    emitted_to, wal = tmp_path / "emitted.txt", tmp_path / "wal"
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    options: dict[str, Any] = dict(publisher="spark_publishers:queue", emittedTo=emitted_to,
+                                   maxRecordsPerTrigger=100, fillWaitMs=30000, walLocation=wal)
+
+    def run(trigger: dict[str, Any], **more: Any) -> StreamingQuery:
+        df = reactive(spark, **options, **more).load()
+        query = (df.writeStream.format("parquet").option("path", str(output))
+                 .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+        queries.append(query)
+        return query
+
+    def log_released() -> None:
+        # The runner keeps the rows it holds in the log as it exits, and holds the log's
+        # lock until then.
+        released = WriteAheadLog(str(wal))
+        released.lock(timeout=30)
+        released.unlock()
+
+    # Run 1: one batch of 100 (the next trigger is an hour away); the refill requested
+    # as the batch was cut arrives, and the stop keeps it in the log.
+    first = run({"processingTime": "1 hour"})
+    watch.wait_batches(first, 1)
+    deadline = time.monotonic() + 60
+    while len(handed_out(emitted_to)) < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(handed_out(emitted_to)) == 200, "the refill did not arrive"
+    first.stop()
+    log_released()
+    end = watch.end_offset(first)
+    assert end == 100
+    log = WriteAheadLog(str(wal))
+    kept = [value for entry in log.entries() if entry.start >= end
+            for value in log.read(entry).column("value").to_pylist()]
+    assert kept == list(range(100, 200))
+
+    # Run 2: availableNowMaxRecords=0.
+    second = run({"availableNow": True}, availableNowMaxRecords=0)
+    assert watch.wait_terminated(second) is None
+    log_released()
+    sink = sorted(r.value for r in spark.read.parquet(str(output)).collect())
+    # With admission control the source bounds the run: the kept rows, then nothing new.
+    # Without it the run is one micro-batch, the run's first, which availableNowMaxRecords
+    # sizes: the kept rows come first and take up to maxRecordsPerTrigger, not 0 (they
+    # were left in the log, and the batch was empty, before this was fixed).
+    assert watch.batch_sizes(second) == [100], (
+        "admission control" if ADMISSION_CONTROL else "no admission control")
+    assert sink == list(range(200)), "the rows kept in the log were not offered"
+    assert len(handed_out(emitted_to)) == 200, "the publisher was asked for more"

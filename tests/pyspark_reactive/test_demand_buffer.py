@@ -11,6 +11,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from spark_publishers import Recording, RecordingPublisher
 
 from pyspark_reactive.arrow_elements import arrow_batches
@@ -397,3 +400,241 @@ def test_the_first_element_s_arrival_and_rows_are_recorded() -> None:
     assert batches.first_at is not None and batches.first_rows == 3
     rows.close()
     batches.close()
+
+
+# -- the window and the allowance, changed while elements come and go -----------------------
+
+class _Counting(Subscription):
+    """A subscription that only adds up what was requested (the test signals)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.cancelled = False
+
+    def request(self, n: int) -> None:
+        self.total += n
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _RowWindow(RuleBasedStateMachine):
+    """A row stream's buffer under any sequence of what the source and its intake do:
+    signal, take, hold, release what was held (the intake's left-out elements),
+    limit_demand, resize and reopen. Demand issued never takes ``buffered + outstanding``
+    past the window, never exceeds the allowance, and is all made on the subscription."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = DemandBuffer(10, own_thread=False)
+        self.subscription = _Counting()
+        self.buffer.on_subscribe(self.subscription)
+        self.signalled = 0
+        self.taken: list[int] = []
+        self.held = 0  # held by hold()'s caller and not yet released
+        self.capacity = 10
+        self.most_requested: int | None = None  # what limit_demand allows in all
+        self.before = 0  # _requested before the rule
+
+    def window(self) -> int:
+        return self.buffer._requested - self.buffer._released
+
+    @rule(n=st.integers(0, 30))
+    def signal(self, n: int) -> None:
+        for _ in range(min(n, self.buffer.outstanding)):
+            self.buffer.on_next(self.signalled)
+            self.signalled += 1
+
+    @rule(n=st.integers(1, 30))
+    def take(self, n: int) -> None:
+        self.taken += self.buffer.take(n)
+
+    @rule()
+    def hold(self) -> None:
+        held = self.buffer.hold()
+        self.taken += held  # in order: nothing before them is still here
+        self.held += len(held)
+
+    @rule(n=st.integers(1, 30))
+    def release(self, n: int) -> None:
+        n = min(n, self.held)
+        self.held -= n
+        self.buffer.release(n)
+
+    @rule(more=st.none() | st.integers(0, 30))
+    def limit_demand(self, more: int | None) -> None:
+        self.buffer.limit_demand(more)
+        self.most_requested = None if more is None else self.buffer._requested + more
+
+    @rule(capacity=st.integers(1, 30))
+    def resize(self, capacity: int) -> None:
+        self.buffer.resize(capacity)
+        self.capacity = capacity
+
+    @rule(capacity=st.integers(1, 30))
+    def reopen(self, capacity: int) -> None:
+        self.buffer.reopen(capacity)
+        self.capacity, self.most_requested = capacity, None
+        # The allowance is lifted and what the window has room for is requested at once.
+        assert self.window() >= capacity
+
+    def teardown(self) -> None:
+        self.buffer.close()
+
+    @invariant()
+    def demand_keeps_the_window_and_the_allowance(self) -> None:
+        buffer = self.buffer
+        assert buffer.capacity == self.capacity
+        assert self.subscription.total == buffer._requested, "counted and not requested"
+        assert buffer.buffered + buffer.outstanding == self.window()
+        if buffer._requested > self.before:
+            # Demand issued by this rule fits the window; a smaller window (resize,
+            # reopen) is reached as elements are taken, without new demand meanwhile.
+            assert self.window() <= self.capacity
+        if self.most_requested is not None:
+            assert buffer._requested <= self.most_requested
+        assert self.taken == list(range(len(self.taken)))
+        self.before = buffer._requested
+
+
+class _ArrowWindow(RuleBasedStateMachine):
+    """The same in Arrow mode: rows counted, one batch at a time, requested only while
+    fewer rows than the window are buffered and the allowance (in rows) is not used up."""
+
+    most_rows = 6
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = DemandBuffer(10, own_thread=False, arrow=True)
+        self.subscription = _Counting()
+        self.buffer.on_subscribe(self.subscription)
+        self.rows = 0
+        self.taken: list[pa.RecordBatch] = []
+        self.held = 0
+        self.capacity = 10
+
+    @rule(rows=st.integers(0, most_rows))
+    def signal(self, rows: int) -> None:
+        if self.buffer.outstanding:
+            self.buffer.on_next(_batch(range(self.rows, self.rows + rows)))
+            self.rows += rows
+
+    @rule(n=st.integers(1, 30))
+    def take(self, n: int) -> None:
+        self.taken += self.buffer.take(n)
+
+    @rule()
+    def hold(self) -> None:
+        held = self.buffer.hold()
+        self.taken += held
+        self.held += self.buffer.count(held)
+
+    @rule(n=st.integers(1, 30))
+    def release(self, n: int) -> None:
+        n = min(n, self.held)
+        self.held -= n
+        self.buffer.release(n)
+
+    @rule(more=st.none() | st.integers(0, 30))
+    def limit_demand(self, more: int | None) -> None:
+        self.buffer.limit_demand(more)
+
+    @rule(capacity=st.integers(1, 30))
+    def resize(self, capacity: int) -> None:
+        self.buffer.resize(capacity)
+        self.capacity = capacity
+
+    @rule(capacity=st.integers(1, 30))
+    def reopen(self, capacity: int) -> None:
+        self.buffer.reopen(capacity)
+        self.capacity = capacity
+        buffer = self.buffer
+        assert buffer._allowance is None
+        # Room in the window and nothing outstanding: a batch is requested at once.
+        assert buffer.outstanding == 1 or buffer.buffered >= capacity
+
+    def teardown(self) -> None:
+        self.buffer.close()
+
+    @invariant()
+    def one_batch_at_a_time_within_the_window(self) -> None:
+        buffer = self.buffer
+        assert buffer.capacity == self.capacity
+        assert self.subscription.total == buffer._requested
+        assert buffer.outstanding in (0, 1)
+        if buffer.outstanding:
+            # Requested while fewer than capacity rows were buffered (then the window
+            # may have shrunk, and held rows may have been taken since).
+            assert buffer._received - buffer._released < 30 + self.most_rows
+        assert _values(self.taken) == list(range(len(_values(self.taken))))
+
+
+_settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestRowWindow = _RowWindow.TestCase
+TestRowWindow.settings = _settings
+TestArrowWindow = _ArrowWindow.TestCase
+TestArrowWindow.settings = _settings
+
+
+def test_release_on_another_thread_while_the_window_reopens() -> None:
+    # The source's runner cuts a first batch (limit_demand(0)) and reopens the window when
+    # Spark asks for a second, while the intake's thread releases elements it left out
+    # (badPayloads=skip). A release that saw the allowance change half way raised a
+    # TypeError inside the intake (its log entry already written: rows twice) or issued
+    # demand past the window. Real threads; a tiny switch interval makes them interleave
+    # inside the buffer's methods.
+    capacity, rounds = 500, 150
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(rounds):
+            subscription = _Counting()
+            buffer = DemandBuffer(capacity, own_thread=False)
+            buffer.on_subscribe(subscription)
+            for i in range(capacity):
+                buffer.on_next(i)
+            held = buffer.hold()  # the intake holds them, then leaves them out one by one
+            errors: list[BaseException] = []
+            together = threading.Barrier(2, timeout=10)
+
+            def leave_out(buffer: DemandBuffer = buffer, held: list[Any] = held,
+                          errors: list[BaseException] = errors,
+                          together: threading.Barrier = together) -> None:
+                try:
+                    together.wait()
+                    for _ in held:
+                        buffer.release(1)
+                except BaseException as error:
+                    errors.append(error)
+
+            intake = threading.Thread(target=leave_out)
+            intake.start()
+            together.wait()
+            deadline = time.monotonic() + 10
+            while intake.is_alive() and time.monotonic() < deadline:
+                buffer.limit_demand(0)
+                buffer.reopen(capacity)
+            intake.join(10)
+            assert not intake.is_alive(), "the intake's releases did not finish in 10 s"
+            assert errors == [], errors
+            # Every release seen whole: what was counted was requested, and the window,
+            # reopened last, is exactly full (no demand lost, none beyond it).
+            assert subscription.total == buffer._requested
+            assert buffer.buffered == 0
+            assert buffer.outstanding == capacity, buffer.outstanding
+            assert buffer.max_outstanding <= capacity
+            buffer.close()
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_reopen_before_on_subscribe_is_the_window_on_subscribe() -> None:
+    buffer = DemandBuffer(10, own_thread=False)
+    buffer.limit_demand(0)
+    buffer.reopen(25)
+    subscription = _Counting()
+    buffer.on_subscribe(subscription)
+    assert subscription.total == 25 and buffer.outstanding == 25
+    with pytest.raises(ValueError, match="capacity must be an int >= 1"):
+        buffer.reopen(0)
+    buffer.close()
