@@ -8,39 +8,18 @@ no admission control for Python sources, where Spark runs such a run as one micr
 
 from __future__ import annotations
 
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from test_available_now_lines import Collect
 
 from pyspark_reactive import AvailableNowWarning, publish
 from pyspark_reactive.source import ADMISSION_CONTROL
-from reactive_streams import Subscriber, Subscription
 
 pytestmark = pytest.mark.spark_lines
-
-
-class Collect(Subscriber[Any]):
-    def __init__(self) -> None:
-        self.elements: list[Any] = []
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        subscription.request(2**63 - 1)
-
-    def on_next(self, element: Any) -> None:
-        self.elements.append(element)
-
-    def on_error(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
-
-    def on_complete(self) -> None:
-        self.done.set()
 
 
 def _run(df: Any, checkpoint: Path) -> tuple[list[Any], list[warnings.WarningMessage]]:

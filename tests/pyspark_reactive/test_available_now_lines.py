@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamReader, StreamingQuery
 from spark_publishers import Recording, handed_out
-from streaming import ProgressWatch, install
+from streaming import ProgressWatch
+from test_source import queries, to_memory, watch
+from test_source import reactive as _reactive
 
 from pyspark_reactive import AvailableNowWarning, publish
 from pyspark_reactive.source import ADMISSION_CONTROL
@@ -34,41 +34,11 @@ from pyspark_reactive.wal import WriteAheadLog
 from reactive_streams import Subscriber, Subscription
 
 pytestmark = pytest.mark.spark_lines
-
-
-@pytest.fixture(scope="module")
-def watch(spark: SparkSession) -> Iterator[ProgressWatch]:
-    listener = install(spark)
-    yield listener
-    spark.streams.removeListener(listener)
-
-
-@pytest.fixture
-def queries() -> Iterator[list[StreamingQuery]]:
-    started: list[StreamingQuery] = []
-    yield started
-    for query in started:
-        if query.isActive:
-            query.stop()
+__all__ = ["queries", "watch"]  # fixtures shared with test_source.py
 
 
 def reactive(spark: SparkSession, **options: Any) -> DataStreamReader:
-    reader = spark.readStream.format("reactive")
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.schema("value BIGINT")
-
-
-def to_memory(df: Any, queries: list[StreamingQuery], tmp_path: Path,
-              **trigger: Any) -> tuple[StreamingQuery, str]:
-    name = f"q_{uuid.uuid4().hex[:8]}"
-    writer = (df.writeStream.format("memory").queryName(name)
-              .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}")))
-    if trigger:
-        writer = writer.trigger(**trigger)
-    query = writer.start()
-    queries.append(query)
-    return query, name
+    return _reactive(spark, **options).schema("value BIGINT")
 
 
 def values(spark: SparkSession, name: str) -> list[int]:
