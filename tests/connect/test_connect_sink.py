@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import streaming
 from polling import wait_until
 from pyspark.sql import SparkSession
 from spark_publishers import Recording
-from streaming import ADMISSION_CONTROL
 from test_sink import Checked
 from test_sink_faults import (
     ROWS,
@@ -30,7 +30,7 @@ from pyspark_reactive import ForeachBatchPublisher, connect_sink, publish
 #: admission control for Python sources (Spark 4.0/4.1) ``availableNow`` runs a single
 #: batch (test_available_now_lines.py checks that): the default trigger, and the test
 #: stops the query once every row is delivered (:func:`stop_when_delivered`).
-UNTIL_DRAINED = {"availableNow": True} if ADMISSION_CONTROL else None
+UNTIL_DRAINED = streaming.UNTIL_DRAINED or None  # publish(trigger=None): the default
 
 
 def stop_when_delivered(publisher: ForeachBatchPublisher, rows: int,

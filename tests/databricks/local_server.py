@@ -29,6 +29,7 @@ from types import TracebackType
 
 import psutil
 from polling import wait_until  # tests/peers: on the path through tests/conftest.py
+from ports import free_port
 
 # The variable that names the server venv's interpreter: ./dev sets it from what
 # environments.py prints.
@@ -73,12 +74,6 @@ def server_python() -> Path:
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"{SERVER_PYTHON_VARIABLE}={named} is not an executable")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def accepts(port: int) -> bool:

@@ -28,16 +28,11 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ports import free_port  # tests/peers
+
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
 __all__ = ["Broker", "free_port", "persistent_session", "publish", "version"]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def version() -> str:

@@ -8,7 +8,6 @@ keeps its ``id``, and each of its runs is watched on its own.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import defaultdict
@@ -18,6 +17,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from pyspark_reactive.progress import source_offset
 from pyspark_reactive.source import ADMISSION_CONTROL
 
 # ADMISSION_CONTROL: whether this pyspark has admission control for Python streaming
@@ -64,9 +64,8 @@ class ProgressWatch(StreamingQueryListener):
         """The reactive source's end offset of the query's latest reported batch."""
         with self._changed:
             events = list(self.progress[str(query.runId)])
-        ends = [json.loads(p.sources[0].endOffset)["offset"] for p in events
-                if p.sources and p.sources[0].endOffset]
-        return max(ends, default=0)
+        ends = [source_offset(p.sources[0].endOffset) for p in events if p.sources]
+        return max((end for end in ends if end is not None), default=0)
 
     def rows(self, query: StreamingQuery) -> int:
         return sum(self.batch_sizes(query))

@@ -418,32 +418,22 @@ class _Counting(Subscription):
         self.cancelled = True
 
 
-class _RowWindow(RuleBasedStateMachine):
-    """A row stream's buffer under any sequence of what the source and its intake do:
-    signal, take, hold, release what was held (the intake's left-out elements),
-    limit_demand, resize and reopen. Demand issued never takes ``buffered + outstanding``
-    past the window, never exceeds the allowance, and is all made on the subscription."""
+class _Window(RuleBasedStateMachine):
+    """What the source and its intake do to a buffer, in any order: take, hold, release
+    what was held (the intake's left-out elements), limit_demand and resize; each mode
+    adds how elements arrive, reopen, and its invariant."""
+
+    arrow = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.buffer = DemandBuffer(10, own_thread=False)
+        self.buffer = DemandBuffer(10, own_thread=False, arrow=self.arrow)
         self.subscription = _Counting()
         self.buffer.on_subscribe(self.subscription)
-        self.signalled = 0
-        self.taken: list[int] = []
-        self.held = 0  # held by hold()'s caller and not yet released
+        self.taken: list[Any] = []
+        self.held = 0  # held by hold()'s caller and not yet released (Arrow: rows)
         self.capacity = 10
         self.most_requested: int | None = None  # what limit_demand allows in all
-        self.before = 0  # _requested before the rule
-
-    def window(self) -> int:
-        return self.buffer._requested - self.buffer._released
-
-    @rule(n=st.integers(0, 30))
-    def signal(self, n: int) -> None:
-        for _ in range(min(n, self.buffer.outstanding)):
-            self.buffer.on_next(self.signalled)
-            self.signalled += 1
 
     @rule(n=st.integers(1, 30))
     def take(self, n: int) -> None:
@@ -453,7 +443,7 @@ class _RowWindow(RuleBasedStateMachine):
     def hold(self) -> None:
         held = self.buffer.hold()
         self.taken += held  # in order: nothing before them is still here
-        self.held += len(held)
+        self.held += self.buffer.count(held)
 
     @rule(n=st.integers(1, 30))
     def release(self, n: int) -> None:
@@ -471,15 +461,34 @@ class _RowWindow(RuleBasedStateMachine):
         self.buffer.resize(capacity)
         self.capacity = capacity
 
+    def teardown(self) -> None:
+        self.buffer.close()
+
+
+class _RowWindow(_Window):
+    """A row stream's buffer: demand issued never takes ``buffered + outstanding`` past
+    the window, never exceeds the allowance, and is all made on the subscription."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signalled = 0
+        self.before = 0  # _requested before the rule
+
+    def window(self) -> int:
+        return self.buffer._requested - self.buffer._released
+
+    @rule(n=st.integers(0, 30))
+    def signal(self, n: int) -> None:
+        for _ in range(min(n, self.buffer.outstanding)):
+            self.buffer.on_next(self.signalled)
+            self.signalled += 1
+
     @rule(capacity=st.integers(1, 30))
     def reopen(self, capacity: int) -> None:
         self.buffer.reopen(capacity)
         self.capacity, self.most_requested = capacity, None
         # The allowance is lifted and what the window has room for is requested at once.
         assert self.window() >= capacity
-
-    def teardown(self) -> None:
-        self.buffer.close()
 
     @invariant()
     def demand_keeps_the_window_and_the_allowance(self) -> None:
@@ -497,52 +506,22 @@ class _RowWindow(RuleBasedStateMachine):
         self.before = buffer._requested
 
 
-class _ArrowWindow(RuleBasedStateMachine):
+class _ArrowWindow(_Window):
     """The same in Arrow mode: rows counted, one batch at a time, requested only while
     fewer rows than the window are buffered and the allowance (in rows) is not used up."""
 
+    arrow = True
     most_rows = 6
 
     def __init__(self) -> None:
         super().__init__()
-        self.buffer = DemandBuffer(10, own_thread=False, arrow=True)
-        self.subscription = _Counting()
-        self.buffer.on_subscribe(self.subscription)
         self.rows = 0
-        self.taken: list[pa.RecordBatch] = []
-        self.held = 0
-        self.capacity = 10
 
     @rule(rows=st.integers(0, most_rows))
     def signal(self, rows: int) -> None:
         if self.buffer.outstanding:
             self.buffer.on_next(_batch(range(self.rows, self.rows + rows)))
             self.rows += rows
-
-    @rule(n=st.integers(1, 30))
-    def take(self, n: int) -> None:
-        self.taken += self.buffer.take(n)
-
-    @rule()
-    def hold(self) -> None:
-        held = self.buffer.hold()
-        self.taken += held
-        self.held += self.buffer.count(held)
-
-    @rule(n=st.integers(1, 30))
-    def release(self, n: int) -> None:
-        n = min(n, self.held)
-        self.held -= n
-        self.buffer.release(n)
-
-    @rule(more=st.none() | st.integers(0, 30))
-    def limit_demand(self, more: int | None) -> None:
-        self.buffer.limit_demand(more)
-
-    @rule(capacity=st.integers(1, 30))
-    def resize(self, capacity: int) -> None:
-        self.buffer.resize(capacity)
-        self.capacity = capacity
 
     @rule(capacity=st.integers(1, 30))
     def reopen(self, capacity: int) -> None:
@@ -552,9 +531,6 @@ class _ArrowWindow(RuleBasedStateMachine):
         assert buffer._allowance is None
         # Room in the window and nothing outstanding: a batch is requested at once.
         assert buffer.outstanding == 1 or buffer.buffered >= capacity
-
-    def teardown(self) -> None:
-        self.buffer.close()
 
     @invariant()
     def one_batch_at_a_time_within_the_window(self) -> None:
