@@ -15,12 +15,12 @@ with a write-ahead log: test_source.py's
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import wait_until
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamReader, StreamingQuery
 from spark_publishers import Recording, handed_out
@@ -271,10 +271,9 @@ def test_available_now_max_records_0_still_offers_the_rows_kept_in_the_log(
     # as the batch was cut arrives, and the stop keeps it in the log.
     first = run({"processingTime": "1 hour"})
     watch.wait_batches(first, 1)
-    deadline = time.monotonic() + 60
-    while len(handed_out(emitted_to)) < 200 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(handed_out(emitted_to)) == 200, "the refill did not arrive"
+    wait_until(lambda: len(handed_out(emitted_to)) >= 200, 60,
+               "the refill requested as the batch was cut")
+    assert len(handed_out(emitted_to)) == 200
     first.stop()
     log_released()
     end = watch.end_offset(first)
