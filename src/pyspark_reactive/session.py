@@ -25,6 +25,7 @@ __all__ = [
     "LocalSessionUnavailable",
     "local_connect_session",
     "local_session",
+    "notebook_parameter",
     "notebook_session",
     "read_spark_defaults",
 ]
@@ -317,6 +318,59 @@ def notebook_session(remote: str | None = None) -> SparkSession:
     if os.environ.get("PYSPARK_REACTIVE_CONNECT") == "1":
         return local_connect_session()
     return local_session(master=os.environ.get("PYSPARK_REACTIVE_MASTER", "local[2]"))
+
+
+def notebook_parameter(name: str, default: str = "", *, dbutils: Any = None) -> str:
+    """Return a notebook parameter's value: a widget's on Databricks, ``default`` elsewhere.
+
+    On a Databricks Runtime or serverless compute (the environment variable
+    ``DATABRICKS_RUNTIME_VERSION`` is set there), the notebook's text widget ``name`` holds
+    the value: it is created with ``default`` when the notebook has none, so a job's
+    parameter of that name, or what the widget bar shows, wins. Elsewhere (Jupyter,
+    docker compose, Databricks Connect from an IDE or a local Jupyter) it returns
+    ``default``: the project's notebooks set it in their ``parameters`` cell.
+
+    Parameters
+    ----------
+    name : str
+        The widget's name (a job's notebook parameter of the same name sets it).
+    default : str, default ""
+        The value where there is no widget, and the new widget's default.
+    dbutils : object, optional
+        The notebook's ``dbutils``. By default the one the notebook defines, found in the
+        namespace of the running IPython shell; where there is none (a Python script run
+        as a job, say), ``default`` is returned.
+
+    Returns
+    -------
+    str
+        The widget's value (text, as widgets hold it) or ``default``.
+
+    Examples
+    --------
+    >>> notebook_parameter("BASE_PATH", "/tmp/scratch")   # outside Databricks
+    '/tmp/scratch'
+    >>> base = notebook_parameter("BASE_PATH", "")   # doctest: +SKIP
+    """
+    if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
+        return default
+    if dbutils is None:
+        dbutils = _notebook_dbutils()
+        if dbutils is None:
+            return default
+    dbutils.widgets.text(name, default)  # keeps a widget that exists, and its value
+    return str(dbutils.widgets.get(name))
+
+
+def _notebook_dbutils() -> Any:
+    """The ``dbutils`` of the notebook this runs in (its IPython shell's namespace), or
+    ``None``."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return None if shell is None else shell.user_ns.get("dbutils")
 
 
 def _connect_token(conf: Mapping[str, str]) -> str:

@@ -148,3 +148,68 @@ def test_local_connect_session_refuses_a_token_that_cannot_travel_without_showin
     monkeypatch.setenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", " ")
     with pytest.raises(ValueError, match="SPARK_CONNECT_AUTHENTICATE_TOKEN"):
         local_connect_session()
+
+
+class Widgets:
+    """Databricks' ``dbutils.widgets`` as notebook_parameter() uses it: ``text`` creates a
+    widget with its default unless one of that name exists (a job's parameter, say), whose
+    value it keeps; ``get`` of a widget that does not exist fails."""
+
+    def __init__(self, **values: str) -> None:
+        self.values = dict(values)
+        self.created: list[tuple[str, str]] = []
+
+    def text(self, name: str, default: str) -> None:
+        self.created.append((name, default))
+        self.values.setdefault(name, default)
+
+    def get(self, name: str) -> str:
+        if name not in self.values:
+            raise ValueError(f"InputWidgetNotDefined: {name}")
+        return self.values[name]
+
+
+class DBUtils:
+    def __init__(self, **values: str) -> None:
+        self.widgets = Widgets(**values)
+
+
+def test_notebook_parameter_is_the_default_outside_databricks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_reactive.session import notebook_parameter
+
+    monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    dbutils = DBUtils(BASE_PATH="/Volumes/main/default/scratch")
+    assert notebook_parameter("BASE_PATH", "/tmp/here", dbutils=dbutils) == "/tmp/here"
+    assert notebook_parameter("BASE_PATH") == ""
+    assert dbutils.widgets.created == []  # no widget made outside Databricks
+
+
+def test_notebook_parameter_reads_the_widget_on_databricks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_reactive.session import notebook_parameter
+
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "client.4.9")
+    # A job's parameter (or the widget bar) set it: that value wins over the default.
+    dbutils = DBUtils(BASE_PATH="/Volumes/main/default/scratch")
+    assert notebook_parameter("BASE_PATH", "", dbutils=dbutils) == "/Volumes/main/default/scratch"
+    # None set: the widget is made with the default, which is the value.
+    assert notebook_parameter("TABLE", "main.default.t", dbutils=dbutils) == "main.default.t"
+    assert dbutils.widgets.created == [("BASE_PATH", ""), ("TABLE", "main.default.t")]
+
+
+def test_notebook_parameter_finds_the_notebooks_dbutils(monkeypatch: pytest.MonkeyPatch) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from pyspark_reactive.session import notebook_parameter
+
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
+    # No IPython shell (a Python script run as a job): no widgets, the default.
+    assert notebook_parameter("BASE_PATH", "/tmp/here") == "/tmp/here"
+    # In a notebook, Databricks defines dbutils in the shell's namespace.
+    shell = InteractiveShell.instance()
+    try:
+        shell.user_ns["dbutils"] = DBUtils(BASE_PATH="/Volumes/main/default/scratch")
+        assert notebook_parameter("BASE_PATH", "/tmp/here") == "/Volumes/main/default/scratch"
+    finally:
+        InteractiveShell.clear_instance()
