@@ -16,7 +16,6 @@ server), ``databricks_remote`` (its ``sc://`` address with the token),
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,37 +31,30 @@ if importlib.util.find_spec("databricks.connect") is None:
         "with PYSPARK_REACTIVE_DBSERVER_PYTHON set to the DBSERVER_PYTHON it prints")
 
 HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent
-# Helpers of the other test folders that these tests import (and the server's Python
-# processes import too, when a pickled function names them): the source tests'
-# publishers, the sink tests' subscribers, the Connect and cluster tests' helpers, the
-# notebooks' runner.
-HELPERS = [str(TESTS / name) for name in ("pyspark_reactive", "connect", "cluster",
-                                            "notebooks", "peers")]
-for folder in (str(HERE), *HELPERS):
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from local_server import (  # noqa: E402
+    HELPERS,
+    LocalConnectServer,
+    databricks_client_environment,
+    server_python,
+)
+
+# Helpers of the other test folders that these tests import (see local_server.HELPERS).
+for folder in HELPERS:
     if folder not in sys.path:
         sys.path.insert(0, folder)
 
-from local_server import LocalConnectServer, server_python  # noqa: E402
-
 # The server of this session while it runs, for the reports of failed tests.
 _RUNNING: list[LocalConnectServer] = []
-
-
-def databricks_client_environment(config_dir: Path) -> None:
-    """Make this process's Databricks Connect read no user configuration: no
-    ``~/.databrickscfg`` (the SDK's config file is pointed at a missing one), no
-    ``DATABRICKS_*`` or ``SPARK_REMOTE`` from the caller's environment."""
-    for key in [k for k in os.environ if k.startswith("DATABRICKS_")] + ["SPARK_REMOTE"]:
-        os.environ.pop(key, None)
-    os.environ["DATABRICKS_CONFIG_FILE"] = str(config_dir / "no-databrickscfg")
 
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConnectServer]:
     """A local OSS Spark Connect server (its own process), ended at the session's end."""
     logs = tmp_path_factory.mktemp("connect-server")
-    server = LocalConnectServer(server_python(), logs, python_path=[str(HERE), *HELPERS])
+    server = LocalConnectServer(server_python(), logs, python_path=HELPERS)
     print(f"Spark Connect server's log: {server.log}")
     with server:
         _RUNNING.append(server)

@@ -10,7 +10,8 @@ functions. Its output goes to files in a folder of its own.
 
 Importable by other test folders (the serverless tests reuse it)::
 
-    with LocalConnectServer(server_python, log_dir, python_path=[...]) as server:
+    databricks_client_environment(config_dir)
+    with LocalConnectServer(server_python(), log_dir, python_path=HELPERS) as server:
         spark = DatabricksSession.builder.remote(server.remote).getOrCreate()
 """
 
@@ -30,6 +31,14 @@ from types import TracebackType
 import psutil
 from polling import wait_until  # tests/peers: on the path through tests/conftest.py
 from ports import free_port
+
+TESTS = Path(__file__).resolve().parents[1]
+# Helpers of the test folders that the Databricks Connect tests import, and the server's
+# Python processes too when a pickled function names them: these tests' own modules, the
+# source tests' publishers, the sink tests' subscribers, the Connect and cluster tests'
+# helpers, the notebooks' runner, the peers.
+HELPERS = [str(TESTS / name) for name in ("databricks", "pyspark_reactive", "connect",
+                                            "cluster", "notebooks", "peers")]
 
 # The variable that names the server venv's interpreter: ./dev sets it from what
 # environments.py prints.
@@ -76,6 +85,15 @@ def server_python() -> Path:
     return path
 
 
+def databricks_client_environment(config_dir: Path) -> None:
+    """Make this process's Databricks Connect read no user configuration: no
+    ``~/.databrickscfg`` (the SDK's config file is pointed at a missing one), no
+    ``DATABRICKS_*`` or ``SPARK_REMOTE`` from the caller's environment."""
+    for key in [k for k in os.environ if k.startswith("DATABRICKS_")] + ["SPARK_REMOTE"]:
+        os.environ.pop(key, None)
+    os.environ["DATABRICKS_CONFIG_FILE"] = str(config_dir / "no-databrickscfg")
+
+
 def accepts(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1.0)
@@ -87,18 +105,23 @@ class LocalConnectServer:
 
     ``python_path`` is put on the ``PYTHONPATH`` of the server's Python processes (so they
     import the tests' publishers and subscribers); ``conf`` is added to (and wins over)
-    the project's local settings. ``remote`` is the ``sc://`` address, token included, of
+    the project's local settings; ``environment`` adds variables to the server's
+    environment, which its Python processes inherit (the serverless guard's), but may not
+    set those the server gets from this class (``SPARK_HOME``, the token, the Pythons,
+    ``PYTHONPATH``). ``remote`` is the ``sc://`` address, token included, of
     a client; ``log`` the server's output file.
     """
 
     def __init__(self, python: Path, log_dir: Path, *, python_path: Sequence[str] = (),
-                 conf: dict[str, str] | None = None, master: str = "local[2]") -> None:
+                 conf: dict[str, str] | None = None, master: str = "local[2]",
+                 environment: dict[str, str] | None = None) -> None:
         self.python = python
         self.log_dir = log_dir
         self.log = log_dir / "server.log"
         self.python_path = list(python_path)
         self.conf = dict(conf or {})
         self.master = master
+        self.environment = dict(environment or {})
         self.port = 0
         self.token = secrets.token_urlsafe(32)
         self.process: subprocess.Popen[bytes] | None = None
@@ -146,7 +169,7 @@ class LocalConnectServer:
             command += ["--conf", f"{key}={value}"]
         environment = {key: value for key, value in os.environ.items()
                        if not key.startswith(("SPARK_", "PYSPARK_", "DATABRICKS_"))}
-        environment.update({
+        own = {
             # This venv's Spark, not one SPARK_HOME may name.
             "SPARK_HOME": str(self.spark_home),
             TOKEN_VARIABLE: self.token,
@@ -154,7 +177,12 @@ class LocalConnectServer:
             "PYSPARK_PYTHON": settings["spark.pyspark.python"],
             "PYSPARK_DRIVER_PYTHON": str(self.python),
             "PYTHONPATH": os.pathsep.join(self.python_path),
-        })
+        }
+        clashes = sorted(set(own) & set(self.environment))
+        if clashes:
+            raise ValueError(f"environment may not set {', '.join(clashes)}: the server "
+                             "gets them from LocalConnectServer (python_path for PYTHONPATH)")
+        environment.update({**self.environment, **own})
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
             # A session of its own: Ctrl-C in the test's terminal does not reach it first.
