@@ -1,26 +1,17 @@
 """The session helpers under Databricks Connect: ``local_session()`` and
-``local_connect_session()`` refuse at once, saying what to use; ``notebook_session()`` and
-the notebooks' session cell build a ``DatabricksSession`` (here of the local server, through
-the notebook's ``REMOTE`` parameter)."""
+``local_connect_session()`` refuse at once, saying what to use; ``notebook_session()``
+builds a ``DatabricksSession`` (here of the local server). The notebooks themselves run
+through a ``DatabricksSession`` in ``tests/serverless/test_notebooks.py``, against the
+guarded server."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from test_notebooks import (  # noqa: F401 - kernel_spec is a fixture, used by name
-    KERNEL,
-    NOTEBOOKS,
-    SMALL,
-    kernel_spec,
-    plots_without_picture,
-    printed,
-    run,
-)
 
 from pyspark_reactive.session import (
     LocalSessionUnavailable,
@@ -72,23 +63,3 @@ def test_notebook_session_without_remote_reads_the_databricks_configuration() ->
     with pytest.raises(ValueError, match="(?s)default auth: cannot configure default "
                        "credentials.*config_file=.*no-databrickscfg"):
         notebook_session()
-
-
-# The notebooks at the sizes of tests/notebooks. The quickstart's availableNow run sets
-# availableNowMaxRecords, which on Spark 4.0 (one micro-batch per availableNow run) sizes
-# that batch to hold every row. exactly_once does not run on 4.0 as it is: its second run
-# is availableNow too, and its one micro-batch holds only the rows the first run left in
-# the write-ahead log.
-NOTEBOOK_VALUES = {name: SMALL[name] for name in ("quickstart.ipynb", "backpressure.ipynb")}
-
-
-@pytest.mark.timeout(600)
-@pytest.mark.usefixtures("kernel_spec")  # a kernel of this interpreter, named KERNEL
-@pytest.mark.parametrize("name", sorted(NOTEBOOK_VALUES))
-def test_notebook_runs_top_to_bottom_through_databricks_connect(
-        name: str, databricks_remote: str, tmp_path: Path) -> None:
-    values = {**NOTEBOOK_VALUES[name], "REMOTE": databricks_remote}
-    notebook = run(NOTEBOOKS / name, tmp_path, False, KERNEL, values)
-    text = printed(notebook)
-    assert "Spark 4.0.5, Spark Connect session" in text, text[:2000]
-    assert not plots_without_picture(notebook), "a plot cell drew nothing"

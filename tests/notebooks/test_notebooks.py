@@ -1,7 +1,8 @@
 """The notebooks in ``notebooks/`` run headless, top to bottom, as a reader would run them.
 
 Each runs in a kernel of its own (an ipykernel of this interpreter, so of the project's
-environment), at the small sizes below written into its ``parameters`` cell, once with a
+environment), at the small sizes of ``notebook_runs.SMALL`` written into its ``parameters``
+cell (the runner is ``notebook_runs.py``, which ``tests/serverless`` uses too), once with a
 classic local session and once as a Spark Connect client of a local server
 (``PYSPARK_REACTIVE_CONNECT=1``). A cell that raises fails the test; so does a plot cell
 without its picture, or a process the kernel started (Spark's JVM, its Python workers)
@@ -13,126 +14,30 @@ test to need a result starts them all, and each test waits for its own.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import nbformat
-import psutil
 import pytest
-from nbclient import NotebookClient
+from notebook_runs import (  # noqa: F401 - kernel_spec is a fixture, used by name
+    NOTEBOOKS,
+    SMALL,
+    WORKERS,
+    kernel_spec,
+    plots_without_picture,
+    printed,
+    run,
+)
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-KERNEL = "pyspark-reactive-tests"
-
-# Small enough to run in seconds, big enough for each notebook's story (and checks) to
-# hold: several micro-batches, a stop with rows in flight, three phases of the subscriber.
-SMALL: dict[str, dict[str, Any]] = {
-    "quickstart.ipynb": {"ROWS": 20_000, "MAX_RECORDS_PER_TRIGGER": 5_000},
-    "backpressure.ipynb": {"RATE": 2_000, "MAX_RECORDS_PER_TRIGGER": 500,
-                           "PHASE_SECONDS": 1.5, "BIN_SECONDS": 0.5},
-    "exactly_once.ipynb": {"TOTAL": 5_000, "MAX_RECORDS_PER_TRIGGER": 500,
-                           "STOP_AFTER": 1_500},
-}
-# Generous for a loaded 2-core machine: a cell may start Spark or a whole query run.
-CELL_TIMEOUT_S = 300
-# Spark's JVM stops its context and workers on its way out after the kernel has gone.
-EXIT_WAIT_S = 60
 SESSIONS = ("classic", "connect")
-# Kernels running at once (each with its own Spark); NOTEBOOK_TEST_WORKERS overrides.
-WORKERS = int(os.environ.get("NOTEBOOK_TEST_WORKERS", "2"))
 
 
 @pytest.fixture(scope="module")
-def kernel_spec(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A kernel spec that runs this interpreter, found through ``JUPYTER_PATH``."""
-    data = tmp_path_factory.mktemp("jupyter")
-    spec = data / "kernels" / KERNEL
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "pyspark-reactive tests", "language": "python"}))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTER_PATH", os.pathsep.join(
-            [str(data), *filter(None, [os.environ.get("JUPYTER_PATH")])]))
-        yield KERNEL
-
-
-def with_parameters(notebook: Any, values: dict[str, Any]) -> None:
-    """Append ``values`` to the notebook's one cell tagged ``parameters``."""
-    cells = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
-    assert len(cells) == 1, f"expected one cell tagged 'parameters', found {len(cells)}"
-    unknown = [name for name in values if f"\n{name} = " not in f"\n{cells[0].source}"]
-    assert not unknown, f"the parameters cell does not set {unknown}"
-    cells[0].source += "\n# sizes of the test run\n" + "\n".join(
-        f"{name} = {value!r}" for name, value in values.items())
-
-
-def kernel_environment(connect: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYSPARK_REACTIVE_MASTER", "MPLBACKEND", "DATABRICKS_RUNTIME_VERSION",
-                        "PYSPARK_REACTIVE_CONNECT")}
-    if connect:
-        env["PYSPARK_REACTIVE_CONNECT"] = "1"
-    return env
-
-
-def run(path: Path, cwd: Path, connect: bool, kernel: str,
-        values: dict[str, Any] | None = None) -> Any:
-    """Execute the notebook at ``path`` at the small sizes (or with the parameter ``values``
-    given); return it with its outputs.
-
-    Every process the kernel started must end with it: those still alive
-    ``EXIT_WAIT_S`` after the kernel's shutdown are killed (by process id) and reported.
-    """
-    notebook = nbformat.read(path, as_version=4)
-    with_parameters(notebook, SMALL[path.name] if values is None else values)
-    client = NotebookClient(notebook, kernel_name=kernel, timeout=CELL_TIMEOUT_S,
-                            resources={"metadata": {"path": str(cwd)}})
-    started: dict[int, psutil.Process] = {}
-
-    def note_processes(**_: Any) -> None:
-        # After every cell: the kernel's descendants so far (Spark's JVM and its children).
-        pid = client.km.provisioner.pid if client.km and client.km.provisioner else None
-        if pid is not None:
-            try:
-                started.update((p.pid, p) for p in psutil.Process(pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
-
-    client.on_cell_executed = note_processes
-    try:
-        client.execute(env=kernel_environment(connect))
-    finally:
-        _, alive = psutil.wait_procs(list(started.values()), timeout=EXIT_WAIT_S)
-        for process in alive:
-            process.kill()
-        assert not alive, ("processes the notebook's kernel started outlived it: "
-                           + ", ".join(f"{p.pid} {p.name()}" for p in alive))
-    return notebook
-
-
-def printed(notebook: Any) -> str:
-    """Everything the notebook's code cells wrote to stdout and stderr."""
-    return "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
-                   for out in cell.get("outputs", []))
-
-
-def plots_without_picture(notebook: Any) -> list[int]:
-    """Indexes of code cells that call ``plt.show()`` but have no PNG among their outputs."""
-    return [i for i, cell in enumerate(notebook.cells)
-            if cell.cell_type == "code" and "plt.show()" in cell.source
-            and not any("image/png" in out.get("data", {}) for out in cell.get("outputs", []))]
-
-
-@pytest.fixture(scope="module")
-def runs(request: pytest.FixtureRequest, kernel_spec: str,
+def runs(request: pytest.FixtureRequest,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Future[Any]]]:
     """The executed notebooks, by (name, session), for the runs this pytest session selected."""
+    kernel = request.getfixturevalue("kernel_spec")  # a kernel of this interpreter
     wanted = [(item.callspec.params["name"], item.callspec.params["session"])
               for item in request.session.items
               if getattr(item, "originalname", None) == "test_notebook_runs_top_to_bottom"]
@@ -140,7 +45,7 @@ def runs(request: pytest.FixtureRequest, kernel_spec: str,
     try:
         yield {(name, session): pool.submit(
                    run, NOTEBOOKS / name, tmp_path_factory.mktemp(f"{name}-{session}"),
-                   session == "connect", kernel_spec)
+                   session == "connect", kernel)
                for name, session in wanted}
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # runs under way end with their kernels
