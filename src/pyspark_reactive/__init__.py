@@ -42,6 +42,7 @@ _require_pyspark()
 
 from .arrow_elements import arrow_batches  # noqa: E402 - after the check, which says why
 from .foreach_writer import SubscriberForeachWriter  # noqa: E402
+from .on_demand import OnDemandPublisher, publish_on_demand  # noqa: E402
 from .options import OptionError  # noqa: E402
 from .remote import expose, serve_publisher  # noqa: E402
 from .session import local_session  # noqa: E402
@@ -57,6 +58,7 @@ __all__ = [
     "AvailableNowWarning",
     "DefaultSource",
     "ForeachBatchPublisher",
+    "OnDemandPublisher",
     "OptionError",
     "SparkConnectNotSupported",
     "SubscriberForeachWriter",
@@ -64,6 +66,7 @@ __all__ = [
     "expose",
     "local_session",
     "publish",
+    "publish_on_demand",
     "read_stream",
     "serve_publisher",
 ]

@@ -1,57 +1,68 @@
-"""``publish(df)`` under Spark Connect: the batch is staged on the server, the client fetches.
+"""``publish(df)`` under Spark Connect: each batch staged in a table, fetched by the client.
 
 Under Connect, Spark runs the ``foreachBatch`` function in a Python process on the server,
 out of reach of the client's subscribers, and (on Databricks serverless) the server cannot
-open a connection to the client. So the transport uses nothing but Connect sessions, and
-only two of them: the client's own and the one Spark binds the micro-batch to (the same
-session, or on Spark 4.3+ the query's clone of it). Their temporary views are invisible to
-every other session of the server.
+open a connection to the client, keep a DataFrame with ``persist()`` or name one with a
+global temporary view. So the transport uses nothing but tables of the catalog, reached by
+both sides through their own Connect sessions, and statements every catalog has (``CREATE``
+through ``saveAsTable``, ``ALTER TABLE ... SET TBLPROPERTIES``, ``SHOW TABLES``, ``DROP``):
 
-1. On the server, :class:`ConnectStager` (the pickled ``foreachBatch`` function) tags each
-   row with its partition, persists the micro-batch and names it with a temporary view of
-   the batch's session, ``reactive_sink_<token>_<batch id>``. It counts the rows of each
-   partition and a digest of their values, and puts a *staged* mark (which session, the
-   schema, the counts and digests) in a temporary view of the client's session, signed
-   with a key (HMAC-SHA256) that only the stager and the client hold: it travels inside the
-   pickled function and lives in the client's memory, never in a view, table or plan.
-2. In the client, :class:`ConnectPump` (a thread of the publisher's) finds the mark,
-   checks its signature, and fetches the rows as Arrow one partition at a time, each read
-   to its end at once (a result left half-read would be abandoned by the server after some
-   minutes), so the client holds about one partition. A partition whose count or digest
-   differs from the mark's, or a batch view that is gone, fails the batch with an error
-   that says so; nothing of it is offered. The rows go to the
-   :class:`~pyspark_reactive.sink.ForeachBatchPublisher`'s subscribers against demand.
-3. The client then puts a signed *outcome* mark: delivered (with the counts and digests it
-   received), or not delivered and why. The stager returns only for a delivered mark that
-   carries the key and matches what it staged: the batch is committed only then. A mark
-   without the key fails the batch saying so; a reason is quoted as data in the stager's
-   own error. A stopping query's batch ends as Spark expects of a stop.
+1. On the server, :class:`ConnectStager` (the pickled ``foreachBatch`` function) writes the
+   micro-batch to a table of its own, ``<staging>.reactive_stage_<query>_<run>_<batch
+   id>``, partitioned by the Spark partition each row was in (so the client can read one
+   at a time), in the catalog's default format (Delta on Databricks, parquet in OSS
+   Spark). ``<staging>`` is a catalog and schema the user names (``publish(staging=...)``;
+   by default the session's current ones), ``<query>`` is a digest of the query's
+   checkpoint location (the same on every start of the same query) and ``<run>`` is random
+   for each ``publish()``. A table of that batch id left by an earlier attempt is dropped
+   first, so a retried batch is staged once, whatever the format. The stager then reads
+   the table back and counts the rows of each partition and a digest of their values, and
+   puts a *staged* mark (the counts and digests, the columns' digest) in the table's
+   properties, signed with a key (HMAC-SHA256) that only the stager and the client hold:
+   it travels inside the pickled function and lives in the client's memory, never in a
+   table, property or plan.
+2. In the client, :class:`ConnectPump` (a thread of the publisher's) finds the signed
+   table, checks the signature, and reads the rows as Arrow one partition at a time, each
+   read to its end at once (a result left half-read would be abandoned by the server after
+   some minutes) and checked against the mark before its rows are offered, so the client
+   holds about one partition. A partition whose count or digest differs from the mark's,
+   or a table that is gone, fails the batch with an error that says so; nothing of it is
+   offered. The rows go to the :class:`~pyspark_reactive.sink.ForeachBatchPublisher`'s
+   subscribers against demand.
+3. The client then puts a signed *outcome* in the table's properties: delivered (with a
+   digest of the counts and digests it received), or not delivered and why. The stager
+   returns only for a delivered outcome that carries the key and matches what it staged,
+   and drops the table: the batch is committed only then. An outcome without the key fails
+   the batch saying so; a reason is quoted as data in the stager's own error. A stopping
+   query's batch ends as Spark expects of a stop.
 
-The client remembers each batch it settled: when putting the outcome mark fails, it puts
-it again, and never delivers that batch a second time.
+The client remembers each batch it settled: when putting the outcome fails, it puts it
+again, and never delivers that batch a second time.
 
-While a batch waits, the client renews ``..._alive`` every 2 s; a server whose client has
-not done so for ``client_timeout`` seconds (the notebook's kernel died, say), or whose
-client removed it (its pump failed or ended), fails the batch rather than wait forever.
+While a batch waits, the client renews a heartbeat property of its table every 2 s; a
+stager that has not seen it change for ``client_timeout`` seconds (the notebook's kernel
+died, say), or that finds the client's "gone" outcome (its pump ended), fails the batch
+rather than wait forever, and drops the table.
+
+Staging a dead side left (a server killed while a batch waited) is dropped when the same
+query (the same checkpoint) starts again, by its first batch: Spark runs one query of a
+checkpoint at a time, so those tables belong to no running query. Tables of another query
+have another ``<query>`` part and are never touched.
 
 Both sides poll (a round trip to the server each time): Connect offers no way to wait for
-another session's change. The marks are plain strings, so the same signing carries over to
-staging in tables where temporary views are not allowed.
+another session's change.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import hmac
-import json
 import logging
-import os
+import re
 import secrets
 import textwrap
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -59,27 +70,32 @@ import pyarrow as pa
 
 from .sink import _STOP_MARK, HEARTBEAT_S, ForeachBatchPublisher, _stopped, configure_writer
 
-__all__ = ["ConnectPump", "ConnectStager", "connect_publish"]
+__all__ = ["ConnectPump", "ConnectStager", "connect_publish", "staging_namespace"]
 
 log = logging.getLogger("pyspark_reactive.sink")
 
-_PREFIX = "reactive_sink_"
-# The column the stager adds: the partition each row was in, so the client can fetch one
-# partition at a time.
+PREFIX = "reactive_stage_"
+# The column the stager adds and partitions the table by: the Spark partition each row was
+# in, so the client can read one at a time.
 _PART = "__reactive_partition"
-# How often each side looks at the other's views: a round trip to the server each time.
+# How often each side looks at the other's marks: a round trip to the server each time.
 POLL_S = 0.05
 # Consecutive failed looks at the server after which the pump gives up.
 _PUMP_RETRIES = 5
-# A reason longer than this is cut: it travels as a SQL literal and ends in an error text.
-_REASON_CHARS = 2000
-_MARK_VERSION = "pyspark-reactive connect sink 1"
+# A reason longer than this is cut: it travels as a table property and ends in an error.
+_REASON_CHARS = 1000
+_MARK_VERSION = "pyspark-reactive connect sink 2"
 _PY4J_ERROR = "py4j.protocol.Py4JJavaError: An error occurred while calling"
+# The table properties the two sides write (keys of letters and dots, values of hex
+# digits, digits, colons and minus signs: nothing to escape in SQL).
+STAGED, STAGED_MAC, PART = "reactive.staged", "reactive.staged.mac", "reactive.part."
+OUTCOME, OUTCOME_MAC, ALIVE = "reactive.outcome", "reactive.outcome.mac", "reactive.alive"
+_NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def new_token() -> str:
-    """A name part no other publisher's views share."""
-    return uuid.uuid4().hex[:16]
+    """A name part of one ``publish()``'s tables that no other run's share."""
+    return secrets.token_hex(6)
 
 
 def new_key() -> bytes:
@@ -87,71 +103,108 @@ def new_key() -> bytes:
     return secrets.token_bytes(32)
 
 
-def _batch_view(token: str, batch_id: int) -> str:
-    return f"{_PREFIX}{token}_{batch_id}"
+def query_part(checkpoint: Any, token: str) -> str:
+    """The name part of a query's staging tables: a digest of its checkpoint location,
+    the same on every start of the query, or (no location given: the query cannot be
+    started again) one of this run's own."""
+    if checkpoint is None or not str(checkpoint).strip():
+        return f"run{token}"[:16]
+    return hashlib.sha256(str(checkpoint).rstrip("/").encode()).hexdigest()[:16]
 
 
-def _staged_view(token: str, batch_id: int) -> str:
-    return f"{_PREFIX}{token}_{batch_id}_staged"
+def staging_namespace(spark: Any, staging: str | None) -> str:
+    """The quoted ``catalog.schema`` that ``publish(staging=...)`` names, checked.
 
+    ``None`` means the session's current catalog and schema; ``"schema"`` a schema of the
+    current catalog.
 
-def _outcome_view(token: str, batch_id: int) -> str:
-    return f"{_PREFIX}{token}_{batch_id}_outcome"
-
-
-def _alive_view(token: str) -> str:
-    return f"{_PREFIX}{token}_alive"
+    Raises
+    ------
+    ValueError
+        For a name not of one or two parts of letters, digits, ``_`` and ``-``, or a
+        schema that does not exist (or that this session cannot see).
+    """
+    accepted = ("a schema ('scratch') or a catalog and schema ('main.scratch'), each of "
+                "letters, digits, '_' and '-', or None for the session's current ones")
+    if staging is None:
+        parts = [spark.catalog.currentCatalog(), spark.catalog.currentDatabase()]
+    elif not isinstance(staging, str):
+        raise ValueError(f"publish: staging={staging!r} is not accepted: {accepted}")
+    else:
+        parts = staging.split(".")
+        if not (1 <= len(parts) <= 2
+                and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]*", part) for part in parts)):
+            raise ValueError(f"publish: staging={staging!r} is not accepted: {accepted}")
+        if len(parts) == 1:
+            parts.insert(0, spark.catalog.currentCatalog())
+    namespace = ".".join("`" + str(part).replace("`", "``") + "`" for part in parts)
+    if not spark.catalog.databaseExists(namespace):
+        raise ValueError(
+            f"publish: staging={staging!r}: the schema {namespace} does not exist or this "
+            "session cannot see it; name one where it may create tables (publish(staging="
+            "'catalog.schema')), where each micro-batch is staged under Spark Connect")
+    return namespace
 
 
 # -- signed marks ----------------------------------------------------------------------------
 
 
-def _sign(key: bytes, kind: str, token: str, batch_id: int, value: str) -> str:
-    """HMAC-SHA256 of a mark: what it is, for which query and batch, and its value."""
-    message = "\n".join((_MARK_VERSION, kind, token, str(batch_id), value)).encode()
+def _sign(key: bytes, kind: str, table: str, batch_id: int, value: str) -> str:
+    """HMAC-SHA256 of a mark: what it is, for which table and batch, and its value."""
+    message = "\n".join((_MARK_VERSION, kind, table, str(batch_id), value)).encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def _signed(key: bytes, kind: str, token: str, batch_id: int, value: str, mac: str) -> bool:
-    return hmac.compare_digest(_sign(key, kind, token, batch_id, value), mac)
+def _signed(key: bytes, kind: str, table: str, batch_id: int, value: str, mac: str) -> bool:
+    return hmac.compare_digest(_sign(key, kind, table, batch_id, value), mac)
 
 
-def _encode(value: dict[str, Any]) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def _parts_text(parts: list[list[int]]) -> str:
+    """The counts and digests of the partitions, as one text both sides compute alike."""
+    return ";".join(":".join(str(figure) for figure in part) for part in parts)
 
 
-# -- temporary views of one session ----------------------------------------------------------
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _exists(spark: Any, view: str) -> bool:
-    return bool(spark.catalog.tableExists(view))
+# -- the catalog ---------------------------------------------------------------------------
 
 
-def _drop(spark: Any, view: str) -> None:
-    spark.catalog.dropTempView(view)
+def _exists(spark: Any, table: str) -> bool:
+    return bool(spark.catalog.tableExists(table))
 
 
-def _put_mark(spark: Any, view: str, value: str, mac: str = "") -> None:
-    # A SQL literal rather than createDataFrame, which a client newer than its server may
-    # encode in a way the server cannot read. Hex, so no text needs escaping.
-    spark.sql(f"SELECT CAST(X'{value.encode().hex()}' AS STRING) AS value, "
-              f"CAST(X'{mac.encode().hex()}' AS STRING) AS mac").createOrReplaceTempView(view)
+def _drop(spark: Any, table: str) -> None:
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
 
 
-def _get_mark(spark: Any, view: str) -> tuple[str, str] | None:
-    """The ``(value, mac)`` that ``view`` holds, or ``None`` when there is no such view. A
-    failed read raises: read as "absent", it could mislead either side."""
-    if not _exists(spark, view):
-        return None
+def _properties(spark: Any, table: str) -> dict[str, str] | None:
+    """The table's properties, or ``None`` when there is no such table. A failed read of
+    a table that exists raises: read as "absent", it could mislead either side."""
     try:
-        row = spark.table(view).first()
+        rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
     except Exception:
-        if not _exists(spark, view):
-            return None  # dropped between the two looks
+        if not _exists(spark, table):
+            return None
         raise
-    if row is None:
-        return None
-    return str(row[0]), str(row[1] or "")
+    return {str(row[0]): str(row[1]) for row in rows}
+
+
+def _set_properties(spark: Any, table: str, values: dict[str, str]) -> None:
+    for key, value in values.items():  # what is written is never SQL to escape
+        if not (re.fullmatch(r"[a-z.0-9]+", key) and re.fullmatch(r"[0-9a-z:;-]*", value)):
+            raise ValueError(f"not a property this transport writes: {key!r}={value!r}")
+    pairs = ", ".join(f"'{key}'='{value}'" for key, value in values.items())
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({pairs})")
+
+
+def _tables(spark: Any, namespace: str, prefix: str) -> list[str]:
+    """The names of the tables (not temporary views) in ``namespace`` that start with
+    ``prefix``."""
+    rows = spark.sql(f"SHOW TABLES IN {namespace} LIKE '{prefix}*'").collect()
+    return [str(row.tableName) for row in rows
+            if str(row.tableName).startswith(prefix) and not getattr(row, "isTemporary", False)]
 
 
 def _digest_columns(schema: Any) -> list[str]:
@@ -159,6 +212,13 @@ def _digest_columns(schema: Any) -> list[str]:
     map or variant, anywhere inside). The row counts cover the others."""
     return [field.name for field in schema.fields
             if not any(word in field.dataType.simpleString() for word in ("map<", "variant"))]
+
+
+def _schema_digest(schema: Any) -> str:
+    """A digest of the columns' names and types (not their nullability, which a table's
+    format may change)."""
+    return _digest(";".join(f"{field.name}:{field.dataType.simpleString()}"
+                            for field in schema.fields))
 
 
 def _checks(names: list[str]) -> list[Any]:
@@ -181,133 +241,122 @@ class ConnectStager:
 
     Parameters
     ----------
+    namespace : str
+        The quoted catalog and schema of the staging tables.
+    query : str
+        The name part of this query's tables (:func:`query_part`).
     token : str
-        Names this publisher's views.
+        The name part of this run's tables.
     client_timeout : float
         Seconds a staged batch waits for a sign of life from the client before failing.
     key : bytes
         Signs and checks the marks; known only to this function and the client.
-    client_session : str
-        The client's session id: its temporary views hold the marks.
     """
 
-    def __init__(self, token: str, client_timeout: float, key: bytes,
-                 client_session: str) -> None:
+    def __init__(self, namespace: str, query: str, token: str, client_timeout: float,
+                 key: bytes) -> None:
+        self.namespace = namespace
+        self.query = query
         self.token = token
         self.client_timeout = client_timeout
         self.key = key
-        self.client_session = client_session
-        self._control: Any = None
+        self._swept = False
 
     def __repr__(self) -> str:  # never the key
-        return f"ConnectStager(token={self.token!r}, client_timeout={self.client_timeout})"
+        return (f"ConnectStager(staging={self.namespace}, query={self.query!r}, "
+                f"token={self.token!r}, client_timeout={self.client_timeout})")
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_control": None}
+    def table(self, batch_id: int) -> str:
+        """The staging table of ``batch_id``, quoted."""
+        return f"{self.namespace}.`{PREFIX}{self.query}_{self.token}_{batch_id}`"
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         from pyspark.sql.functions import spark_partition_id
 
         session = batch.sparkSession
-        control = self._client_session(session)
-        view = _batch_view(self.token, batch_id)
-        # Persisted: the digests and the client's reads compute the batch once, and read
-        # what this function was given even from a source that would answer differently.
-        staged = batch.withColumn(_PART, spark_partition_id()).persist()
+        if not self._swept:
+            self._sweep(session)
+            self._swept = True
+        table = self.table(batch_id)
+        _drop(session, table)  # an earlier attempt's: a batch is staged once
         delivered = False
         try:
-            staged.createOrReplaceTempView(view)
-            summary = self._summary(staged, session)
-            value = _encode(summary)
-            _put_mark(control, _staged_view(self.token, batch_id), value,
-                      _sign(self.key, "staged", self.token, batch_id, value))
-            self._wait_for_outcome(control, batch_id, summary)
+            (batch.withColumn(_PART, spark_partition_id()).write.partitionBy(_PART)
+             .saveAsTable(table))
+            summary = self._summary(session, table)
+            value = f"{len(summary['parts'])}:{summary['schema']}"
+            _set_properties(session, table, {
+                **{f"{PART}{part[0]}": _parts_text([part[1:]]) for part in summary["parts"]},
+                STAGED: value,
+                STAGED_MAC: _sign(self.key, "staged", table, batch_id,
+                                  f"{value}\n{_parts_text(summary['parts'])}")})
+            self._wait_for_outcome(session, table, batch_id, summary)
             delivered = True
         finally:
-            # The staged mark first: the client settles a batch once, and forgets it once
-            # its staged mark is gone, so a later outcome mark would not be put again.
-            for where, name in ((control, _staged_view(self.token, batch_id)),
-                                (control, _outcome_view(self.token, batch_id)),
-                                (session, view)):
-                try:
-                    if _exists(where, name):
-                        _drop(where, name)
-                except Exception:
-                    if not delivered:
-                        raise
-                    # Delivered: failing now would have the batch delivered again later.
-                    log.warning("ForeachBatchPublisher: could not drop %s after batch %d was "
-                                "delivered", name, batch_id, exc_info=True)
-            staged.unpersist()
+            try:
+                _drop(session, table)
+            except Exception:
+                # Left for the next start of this query to drop: failing now would hide
+                # why the batch failed, or have a delivered batch delivered again.
+                log.warning("ForeachBatchPublisher: could not drop the staging table %s of "
+                            "batch %d (%s)", table, batch_id,
+                            "delivered" if delivered else "not delivered", exc_info=True)
 
-    def _client_session(self, batch_session: Any) -> Any:
-        """The client's own session, where the marks live."""
-        if batch_session.session_id == self.client_session:
-            return batch_session
-        if self._control is None:
-            # Spark 4.3+ binds the batch to the query's clone of the client's session; the
-            # worker reaches the server through this URL (its token included).
-            url = os.environ.get("SPARK_CONNECT_LOCAL_URL")
-            if not url:
-                raise RuntimeError(
-                    "ForeachBatchPublisher: this Spark Connect server runs foreachBatch in a "
-                    "session other than the client's and gives no way to reach the client's; "
-                    "set spark.sql.connect.streaming.foreachBatch.useClonedSession=false in "
-                    "the client's session before publish()")
-            from pyspark.sql.connect.session import SparkSession as ConnectSession
+    def _sweep(self, session: Any) -> None:
+        """Drop what earlier runs of this query left: no run of it but this one runs."""
+        own = f"{PREFIX}{self.query}_{self.token}_"
+        for name in _tables(session, self.namespace, f"{PREFIX}{self.query}_"):
+            if not name.startswith(own):
+                log.info("ForeachBatchPublisher: dropping %s, staged by an earlier run of "
+                         "this query that ended before it was delivered", name)
+                _drop(session, f"{self.namespace}.`{name}`")
 
-            control = ConnectSession(connection=f"{url};session_id={self.client_session}")
-            control.release_session_on_close = False  # the client's, never ended from here
-            self._control = control
-        return self._control
+    def _summary(self, session: Any, table: str) -> dict[str, Any]:
+        """The counts and digests of what the table holds, read back from it."""
+        frame = session.read.table(table)
+        data = frame.drop(_PART)
+        counts = frame.groupBy(_PART).agg(*_checks(_digest_columns(data.schema))).collect()
+        parts = sorted([int(p), int(n), int(low or 0), int(high or 0)]
+                       for p, n, low, high in counts)
+        return {"schema": _schema_digest(data.schema), "parts": parts}
 
-    def _summary(self, staged: Any, session: Any) -> dict[str, Any]:
-        names = _digest_columns(staged.drop(_PART).schema)
-        counts = staged.groupBy(_PART).agg(*_checks(names)).collect()
-        parts = sorted([int(p), int(n), int(low), int(high)] for p, n, low, high in counts)
-        return {"session": session.session_id, "schema": staged.schema.json(),
-                "digested": names, "parts": parts, "rows": sum(p[1] for p in parts)}
-
-    def _wait_for_outcome(self, control: Any, batch_id: int, summary: dict[str, Any]) -> None:
+    def _wait_for_outcome(self, session: Any, table: str, batch_id: int,
+                          summary: dict[str, Any]) -> None:
         pause = threading.Event()  # never set: a bounded wait between looks
-        outcome_view = _outcome_view(self.token, batch_id)
-        alive = _get_mark(control, _alive_view(self.token))
+        alive: str | None = None
         heard = time.monotonic()
-        looked = heard
         while True:
-            mark = _get_mark(control, outcome_view)
-            if mark is not None:
-                self._settle(batch_id, summary, *mark)
+            marks = _properties(session, table)
+            if marks is None:
+                raise RuntimeError(
+                    f"ForeachBatchPublisher: batch {batch_id} was not delivered: its "
+                    f"staging table {table} was dropped before the client confirmed it "
+                    "(by another session of the server?)")
+            if OUTCOME in marks:
+                self._settle(table, batch_id, summary, marks[OUTCOME],
+                             marks.get(OUTCOME_MAC, ""))
                 return
             now = time.monotonic()
-            if now - looked >= HEARTBEAT_S / 2:
-                looked = now
-                beat = _get_mark(control, _alive_view(self.token))
-                if beat is None and alive is not None:
-                    raise RuntimeError(
-                        f"ForeachBatchPublisher: batch {batch_id} was not delivered: the "
-                        "client that publishes this query stopped fetching (its log says "
-                        "why)")
-                if beat != alive:
-                    alive, heard = beat, now
-                elif now - heard > self.client_timeout:
-                    raise RuntimeError(
-                        f"ForeachBatchPublisher: batch {batch_id} was not delivered: the "
-                        f"client process that publishes this query has given no sign of "
-                        f"life for {self.client_timeout:.0f} s (publish(client_timeout=...))")
+            if marks.get(ALIVE) != alive:
+                alive, heard = marks.get(ALIVE), now
+            elif now - heard > self.client_timeout:
+                raise RuntimeError(
+                    f"ForeachBatchPublisher: batch {batch_id} was not delivered: the "
+                    f"client process that publishes this query has given no sign of "
+                    f"life for {self.client_timeout:.0f} s (publish(client_timeout=...))")
             pause.wait(POLL_S)
 
-    def _settle(self, batch_id: int, summary: dict[str, Any], value: str, mac: str) -> None:
+    def _settle(self, table: str, batch_id: int, summary: dict[str, Any], value: str,
+                mac: str) -> None:
         """Return for a signed delivered mark matching what was staged; raise otherwise."""
-        if not _signed(self.key, "outcome", self.token, batch_id, value, mac):
+        if not _signed(self.key, "outcome", table, batch_id, value, mac):
             raise RuntimeError(
                 f"ForeachBatchPublisher: batch {batch_id} was not delivered: the mark that "
                 "confirms it does not carry the key of this query's client (another session "
                 "of the server wrote or changed it); the batch is not committed")
-        outcome = json.loads(value)
-        kind = outcome.get("kind")
+        kind, _, detail = value.partition(":")
         if kind == "delivered":
-            if outcome.get("parts") != summary["parts"]:
+            if detail != _digest(_parts_text(summary["parts"])):
                 raise RuntimeError(
                     f"ForeachBatchPublisher: batch {batch_id} was not delivered as staged: "
                     "the client received other rows than this batch holds; the batch is not "
@@ -315,7 +364,11 @@ class ConnectStager:
             return
         if kind == "stopped":
             raise _stopped(batch_id)  # in the words Spark takes for part of a stop
-        reason = str(outcome.get("reason", ""))[:_REASON_CHARS]
+        if kind == "gone":
+            raise RuntimeError(
+                f"ForeachBatchPublisher: batch {batch_id} was not delivered: the client "
+                "that publishes this query stopped fetching (its log says why)")
+        reason = bytes.fromhex(detail).decode(errors="replace")[:_REASON_CHARS]
         # Spark takes an error for part of a stop when its text holds a Py4J error for an
         # interruption (sink._STOP_MARK): only the stopped kind above may read so.
         reason = reason.replace(_PY4J_ERROR, _PY4J_ERROR.removeprefix("py4j.protocol."))
@@ -326,11 +379,14 @@ class ConnectStager:
 
 
 class _Settled:
-    """What the client made of one batch: its signed outcome mark, and whether it is put."""
+    """What the client made of one batch: its signed outcome, whether it is put, and the
+    staged mark it answers (an abandoned batch whose table is staged anew, by the query's
+    function after a forger's, is looked at again)."""
 
-    def __init__(self, value: str, mac: str) -> None:
+    def __init__(self, value: str, mac: str, staged_mac: str) -> None:
         self.value = value
         self.mac = mac
+        self.staged_mac = staged_mac
         self.put = False
 
 
@@ -341,8 +397,9 @@ class ConnectPump:
     ----------
     spark : pyspark.sql.connect.session.SparkSession
         The client's session, the one that started the query.
-    token : str
-        As given to the :class:`ConnectStager`.
+    stager : ConnectStager
+        The query's batch function: the pump reads its tables' names from it (the key is
+        given apart, as ``key``).
     deliver : callable
         ``deliver(batch_id, record_batches)`` offers the rows to the subscribers and
         returns once every one has taken them; it raises to abandon the batch, and the
@@ -354,31 +411,32 @@ class ConnectPump:
         As given to the :class:`ConnectStager`.
     """
 
-    def __init__(self, spark: Any, token: str,
+    def __init__(self, spark: Any, stager: ConnectStager,
                  deliver: Callable[[int, Iterator[pa.RecordBatch]], None],
                  failed: Callable[[BaseException], None], *, key: bytes) -> None:
         self.spark = spark
-        self.token = token
+        self.stager = stager
         self.deliver = deliver
         self.failed = failed
         self._key = key
         self.query: Any = None
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
-        # Batches delivered or abandoned, until the stager has cleared their staged mark.
+        # Batches delivered or abandoned, until the stager has dropped their table.
         self._settled: dict[int, _Settled] = {}
-        self._sessions: dict[str, Any] = {}  # batch sessions other than the client's
+        self._current: str | None = None  # the table of the batch being delivered
+        self.beats = 0
 
     def __repr__(self) -> str:  # never the key
-        return f"ConnectPump(token={self.token!r})"
+        return f"ConnectPump(stager={self.stager!r})"
 
     def start(self, query: Any) -> None:
         """Deliver the batches of ``query`` until it ends."""
         self.query = query
-        _put_mark(self.spark, _alive_view(self.token), "0")
+        token = self.stager.token
         for target, name in ((self._run, "pump"), (self._beat, "heartbeat")):
             thread = threading.Thread(target=target, daemon=True,
-                                      name=f"reactive-sink-connect-{name}-{self.token[:6]}")
+                                      name=f"reactive-sink-connect-{name}-{token[:6]}")
             thread.start()
             self._threads.append(thread)
 
@@ -418,34 +476,62 @@ class ConnectPump:
                           "server failed; the batch the server holds fails with the query")
         finally:
             self._stopped.set()
-            try:
-                # Gone, the server's batch function stops waiting for this client.
-                _drop(self.spark, _alive_view(self.token))
-            except Exception:
-                log.debug("could not drop the heartbeat view", exc_info=True)
-            for session in self._sessions.values():
-                try:
-                    session.client.close()  # the channel only: the session is the query's
-                except Exception:
-                    log.debug("could not close a channel", exc_info=True)
+            self._clear()
         if failure is not None:
             self.failed(failure)
 
+    def _clear(self) -> None:
+        """Once the query has ended, drop this run's tables that a stopped batch function
+        left; while it runs, tell the batch its function waits for that nobody will fetch
+        it."""
+        if not self._query_active():
+            try:
+                for batch_id in self._batches():
+                    _drop(self.spark, self.stager.table(batch_id))
+            except Exception:
+                log.debug("could not drop the staging tables of a stopped query",
+                          exc_info=True)
+            return
+        try:
+            for batch_id in self._batches():
+                if batch_id not in self._settled:
+                    table = self.stager.table(batch_id)
+                    _set_properties(self.spark, table, {
+                        OUTCOME: "gone",
+                        OUTCOME_MAC: _sign(self._key, "outcome", table, batch_id, "gone")})
+        except Exception:
+            log.debug("could not mark the staged batches as not fetched", exc_info=True)
+
+    def _batches(self) -> list[int]:
+        """The batch ids of this run's staging tables, in order."""
+        prefix = f"{PREFIX}{self.stager.query}_{self.stager.token}_"
+        return sorted(int(name[len(prefix):])
+                      for name in _tables(self.spark, self.stager.namespace, prefix)
+                      if name[len(prefix):].isdigit())
+
     def _step(self) -> bool:
         """Do the next thing the staged batches ask for; ``False`` when there is none."""
-        staged = self._staged()
-        for batch_id in [b for b in self._settled if b not in staged]:
+        batches = self._batches()
+        for batch_id in [b for b in self._settled if b not in batches]:
             del self._settled[batch_id]  # the stager is done with it
-        for batch_id in staged:
+        for batch_id in batches:
             settled = self._settled.get(batch_id)
             if settled is None:
-                self._deliver(batch_id)
+                marks = _properties(self.spark, self.stager.table(batch_id))
+                if marks is None or STAGED not in marks:
+                    continue  # still being written, or gone since the listing
+                self._deliver(batch_id, marks)
                 return True
             if not settled.put:
                 # Finding the batch still staged is no reason to deliver it again: only
-                # the outcome mark, which failed to go out, is put again.
+                # the outcome, which failed to go out, is put again.
                 self._put_outcome(batch_id, settled)
                 return True
+            if not settled.value.startswith("delivered:"):
+                marks = _properties(self.spark, self.stager.table(batch_id))
+                if marks is not None and marks.get(STAGED_MAC) != settled.staged_mac:
+                    del self._settled[batch_id]  # staged anew: looked at next time
+                    return True
         return False
 
     def _query_active(self) -> bool:
@@ -456,83 +542,78 @@ class ConnectPump:
                      "client stops fetching", error)
             return False
 
-    def _staged(self) -> list[int]:
-        prefix = f"{_PREFIX}{self.token}_"
-        rows = self.spark.sql(f"SHOW VIEWS LIKE '{prefix}*_staged'").collect()
-        ids = []
-        for row in rows:
-            name = str(row.viewName)
-            if not (name.startswith(prefix) and name.endswith("_staged")):
-                continue
-            rest = name[len(prefix):-len("_staged")]
-            if rest.isdigit():
-                ids.append(int(rest))
-        return sorted(ids)
-
-    def _deliver(self, batch_id: int) -> None:
-        # Read before anything is offered: a failed read is retried by the loop.
-        mark = _get_mark(self.spark, _staged_view(self.token, batch_id))
-        if mark is None:
-            return  # gone since the listing: the stager gave up on it
+    def _deliver(self, batch_id: int, marks: dict[str, str]) -> None:
+        table = self.stager.table(batch_id)
         received: list[list[int]] = []
         try:
-            staged = self._check_staged(batch_id, *mark)
-            self.deliver(batch_id, self._fetch(batch_id, staged, received))
-            outcome: dict[str, Any] = {"kind": "delivered", "parts": received}
+            staged = self._check_staged(table, batch_id, marks)
+            self._current = table
+            self.deliver(batch_id, self._fetch(table, batch_id, staged, received))
+            outcome = f"delivered:{_digest(_parts_text(received))}"
         except Exception as error:
             # The publisher's own errors say which batch and why (a stop in the words
-            # Spark takes for a stop); any other (the batch's computation failed: a UDF
-            # raised) is named as the cause.
+            # Spark takes for a stop); any other (the server failed a read) is named as
+            # the cause.
             reason = str(error)
             stopping = reason.endswith(f"({_STOP_MARK})")
             if not reason.startswith("ForeachBatchPublisher: "):
                 reason = (f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
                           f"fetching it failed: {type(error).__name__}: {reason.strip()}")
-            outcome = {"kind": "stopped" if stopping else "abandoned",
-                       "reason": reason[:_REASON_CHARS]}
+            outcome = ("stopped" if stopping else
+                       f"abandoned:{reason[:_REASON_CHARS].encode().hex()}")
             log.info("ForeachBatchPublisher: batch %d abandoned: %s", batch_id, reason)
-        value = _encode(outcome)
-        settled = _Settled(value, _sign(self._key, "outcome", self.token, batch_id, value))
+        finally:
+            self._current = None
+        settled = _Settled(outcome, _sign(self._key, "outcome", table, batch_id, outcome),
+                           marks.get(STAGED_MAC, ""))
         self._settled[batch_id] = settled  # from here on, this batch is never offered again
         self._put_outcome(batch_id, settled)
 
     def _put_outcome(self, batch_id: int, settled: _Settled) -> None:
-        _put_mark(self.spark, _outcome_view(self.token, batch_id), settled.value, settled.mac)
+        _set_properties(self.spark, self.stager.table(batch_id),
+                        {OUTCOME: settled.value, OUTCOME_MAC: settled.mac})
         settled.put = True
 
-    def _check_staged(self, batch_id: int, value: str, mac: str) -> dict[str, Any]:
-        if not _signed(self._key, "staged", self.token, batch_id, value, mac):
+    def _check_staged(self, table: str, batch_id: int,
+                      marks: dict[str, str]) -> dict[str, Any]:
+        value = marks[STAGED]
+        count, _, schema = value.partition(":")
+        parts = sorted([int(key[len(PART):]), *(int(f) for f in figures.split(":"))]
+                       for key, figures in marks.items()
+                       if key.startswith(PART) and key[len(PART):].isdigit()
+                       and re.fullmatch(r"-?\d+:-?\d+:-?\d+", figures))
+        if not (count.isdigit() and int(count) == len(parts) and _signed(
+                self._key, "staged", table, batch_id, f"{value}\n{_parts_text(parts)}",
+                marks.get(STAGED_MAC, ""))):
             raise RuntimeError(
                 f"ForeachBatchPublisher: batch {batch_id} was not delivered: its staged mark "
                 "does not carry the key of this query's batch function (another session of "
                 "the server wrote or changed it)")
-        staged: dict[str, Any] = json.loads(value)
-        return staged
+        return {"schema": schema, "parts": parts}
 
-    def _fetch(self, batch_id: int, staged: dict[str, Any],
+    def _fetch(self, table: str, batch_id: int, staged: dict[str, Any],
                received: list[list[int]]) -> Iterator[pa.RecordBatch]:
-        session = self._session(str(staged["session"]))
-        view = _batch_view(self.token, batch_id)
         altered = (f"ForeachBatchPublisher: batch {batch_id} was not delivered: the staged "
                    f"batch was altered after it was staged (by another session of the "
                    f"server?): ")
-        if not _exists(session, view):
+        if not _exists(self.spark, table):
             raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
-                               "the staged batch is missing (its view was dropped)")
-        frame = session.table(view)
-        if frame.schema.json() != staged["schema"]:
+                               f"its staging table {table} is missing (it was dropped)")
+        frame = self.spark.read.table(table)
+        data = frame.drop(_PART)
+        if _schema_digest(data.schema) != staged["schema"]:
             raise RuntimeError(altered + "its columns differ")
         from pyspark.sql import Observation
 
-        checks = _checks(list(staged["digested"]))
+        checks = _checks(_digest_columns(data.schema))
         for part, count, low, high in staged["parts"]:
             # Read whole, and checked, before its rows are offered: the client holds one
             # partition, and no result stays half-read on the server meanwhile. The count
             # and digest are observed by the very query that returns the rows (metrics
             # come with its result), so what is checked is what arrived, and no digest
-            # column travels with the rows (narrow rows: half the bytes).
-            seen = Observation(f"reactive_sink_check_{uuid.uuid4().hex}")
-            table = (frame.where(frame[_PART] == part).drop(_PART)
+            # column travels with the rows.
+            seen = Observation(f"reactive_sink_check_{secrets.token_hex(8)}")
+            arrow = (frame.where(frame[_PART] == part).drop(_PART)
                      .observe(seen, *checks).toArrow())
             metrics = seen.get
             if "n" not in metrics:
@@ -542,33 +623,20 @@ class ConnectPump:
                                    "was staged")
             got = [part, int(metrics.get("n") or 0), int(metrics.get("low") or 0),
                    int(metrics.get("high") or 0)]
-            if got != [part, count, low, high] or table.num_rows != count:
+            if got != [part, count, low, high] or arrow.num_rows != count:
                 raise RuntimeError(altered + f"partition {part} holds other rows "
-                                   f"({table.num_rows} against {count} staged, or other values)")
+                                   f"({arrow.num_rows} against {count} staged, or other values)")
             received.append(got)
-            yield from table.to_batches()
-
-    def _session(self, session_id: str) -> Any:
-        """The session the batch is bound to: the client's, or the query's clone of it."""
-        if session_id == self.spark.session_id:
-            return self.spark
-        session = self._sessions.get(session_id)
-        if session is None:
-            from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-            builder = copy.copy(self.spark.client._builder)  # this client's server and token
-            builder._params = {**builder._params, "session_id": session_id}
-            session = ConnectSession(connection=builder)
-            session.release_session_on_close = False  # the query's, never ended from here
-            self._sessions[session_id] = session
-        return session
+            yield from arrow.to_batches()
 
     def _beat(self) -> None:
-        count = 0
         while not self._stopped.wait(HEARTBEAT_S):
-            count += 1
+            table = self._current
+            if table is None:
+                continue
+            self.beats += 1
             try:
-                _put_mark(self.spark, _alive_view(self.token), str(count))
+                _set_properties(self.spark, table, {ALIVE: str(self.beats)})
             except Exception:
                 if self._stopped.is_set():
                     return
@@ -576,19 +644,22 @@ class ConnectPump:
 
 
 def connect_publish(df: Any, publisher: ForeachBatchPublisher, writer_options: dict[str, Any],
-                    trigger: dict[str, Any] | None, client_timeout: float) -> None:
+                    trigger: dict[str, Any] | None, client_timeout: float,
+                    staging: str | None = None) -> None:
     """Start ``df``'s query under Spark Connect with ``publisher`` fed through the server.
 
     ``publish()`` calls this for a Connect DataFrame, with its arguments checked;
     ``writer_options`` are its ``queryName``, ``outputMode`` and ``writeStream.option``
-    keywords.
+    keywords; ``staging`` names the catalog and schema of the staging tables.
     """
-    token, key = new_token(), new_key()
     spark = df.sparkSession
-    writer = df.writeStream.foreachBatch(
-        ConnectStager(token, float(client_timeout), key, spark.session_id))
-    writer = configure_writer(writer, writer_options, trigger)
-    pump = ConnectPump(spark, token, publisher.deliver_arrow,
+    namespace = staging_namespace(spark, staging)
+    token, key = new_token(), new_key()
+    stager = ConnectStager(namespace, query_part(writer_options.get("checkpointLocation"),
+                                                 token),
+                           token, float(client_timeout), key)
+    writer = configure_writer(df.writeStream.foreachBatch(stager), writer_options, trigger)
+    pump = ConnectPump(spark, stager, publisher.deliver_arrow,
                        lambda error: publisher.fail(RuntimeError(
                            f"ForeachBatchPublisher: fetching from the Spark Connect server "
                            f"failed: {error}")), key=key)

@@ -1169,7 +1169,8 @@ def _warn_if_single_batch(df: Any, trigger: dict[str, Any] | None) -> None:
 def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
             when_unsubscribed: str = "wait", demand_timeout: float | None = None,
             when_stalled: str = "fail", trigger: dict[str, Any] | None = None,
-            client_timeout: float = 120.0, **options: Any) -> ForeachBatchPublisher:
+            client_timeout: float = 120.0, staging: str | None = None,
+            **options: Any) -> ForeachBatchPublisher:
     """Start a streaming query whose output is a Publisher.
 
     Parameters
@@ -1184,6 +1185,12 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
         Spark Connect only: seconds a micro-batch staged on the server waits for a sign
         of life from this process (it sends one every 2 s) before the batch, and so the
         query, fails. Default 120; at least 10.
+    staging : str, optional
+        Spark Connect only: the schema (``"scratch"``) or catalog and schema
+        (``"main.scratch"``) where each micro-batch is staged as a table of its own while
+        it is delivered; ``None`` (default) means the session's current catalog and
+        schema. The query's user needs to create and drop tables there. Ignored in
+        classic mode.
     **options
         ``queryName`` and ``outputMode`` go to their ``writeStream`` methods; any other
         (``checkpointLocation`` among them) is a ``writeStream.option``.
@@ -1211,13 +1218,18 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
 
     Notes
     -----
-    Under Spark Connect the batch function runs on the server: each micro-batch is staged
-    there (persisted, named by a temporary view of the batch's session, which other
-    sessions of the server cannot see) and fetched by this process a partition at a time,
-    each checked against the batch function's signed count and digest before its rows are
-    offered; the batch function returns once the subscribers here have taken it and this
-    process has put a mark signed with the query's key (which lives only here and in the
-    pickled batch function). Nothing connects from the server to this process.
+    Under Spark Connect the batch function runs on the server: it writes each micro-batch
+    to a table of its own in ``staging`` (partitioned by Spark partition), and this
+    process reads it a partition at a time, each checked against the batch function's
+    signed counts and digests (in the table's properties) before its rows are offered;
+    the batch function returns once the subscribers here have taken it and this process
+    has put an outcome signed with the query's key (which lives only here and in the
+    pickled batch function), and then drops the table. This uses only what Databricks
+    serverless allows (no ``persist()``, global temporary view or JVM access), and nothing
+    connects from the server to this process. Tables a killed server left are dropped
+    when the same query (same ``checkpointLocation``) starts again. While a batch is
+    staged, whoever may read the staging schema can read it (on Unity Catalog, its owner
+    and those granted access to the schema; on an OSS server, every session).
     """
     publisher = ForeachBatchPublisher(element=element, chunk_rows=chunk_rows,
                                       when_unsubscribed=when_unsubscribed,
@@ -1231,7 +1243,7 @@ def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
     if _is_connect(df):
         from .connect_sink import connect_publish
 
-        connect_publish(df, publisher, options, trigger, client_timeout)
+        connect_publish(df, publisher, options, trigger, client_timeout, staging)
         return publisher
     writer = configure_writer(df.writeStream.foreachBatch(publisher), options, trigger)
     publisher.watch(writer.start())

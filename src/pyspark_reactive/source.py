@@ -192,12 +192,16 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      limit: Any = None) -> dict[str, int]:
         return {"offset": self._live().latest(_offset(start), limit)}
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         # Spark 4.2+ shows this as the source's "latestOffset" in query progress: how far
-        # the publisher has got, so latestOffset - endOffset is what the source holds.
+        # the publisher has got, so latestOffset - endOffset is what the source holds,
+        # and "complete" once the publisher completed and everything it sent was taken
+        # (publish_on_demand ends its runs on it).
         run = self._run
         reported = None if run is None else run.reported()
-        return None if reported is None else {"offset": reported}
+        if run is None or reported is None:
+            return None
+        return {"offset": reported, **({"complete": True} if run.completed() else {})}
 
     def prepareForTriggerAvailableNow(self) -> None:
         # Spark 4.2+ calls this first, when an availableNow trigger starts. A push-based
@@ -673,6 +677,10 @@ class _QueryRun:
         if self.intake is None or self.buffer is None:
             return self.cursor
         return self.intake.base + self.buffer.received - self.intake.skipped
+
+    def completed(self) -> bool:
+        """Whether the publisher completed and every element it sent was taken."""
+        return self.buffer is not None and self.buffer.completed
 
     def _orphaned(self) -> bool:
         return os.getppid() != self.parent

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pyspark_reactive"))
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from pyspark_reactive.session import local_connect_session
 
     # The server's Python processes (source runners, the foreachBatch worker, executors'
@@ -30,7 +30,10 @@ def spark() -> Iterator[SparkSession]:
     folders = [HERE, os.path.join(os.path.dirname(HERE), "pyspark_reactive")]
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [*folders, *filter(None, [os.environ.get("PYTHONPATH")])])
-    session = local_connect_session()
+    # publish() stages batches in tables of the current schema: its files go here rather
+    # than into the working folder's spark-warehouse.
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = local_connect_session(conf={"spark.sql.warehouse.dir": str(warehouse)})
     assert type(session).__module__.startswith("pyspark.sql.connect"), type(session)
     yield session
     session.stop()

@@ -1,24 +1,27 @@
 """Who can touch what on a shared Spark Connect server: the local server asks for a token,
-and the sink's staged batches are out of reach of the server's other sessions; a party
-that does reach them (it holds the token and learned the session's id) cannot make a batch
-deliver forged rows or count as delivered: the batch fails, saying why."""
+and a party that reaches the sink's staging tables (another session of the server, as
+another notebook on a shared cluster; an OSS server has no grants) can read them while
+they exist but cannot make a batch deliver forged rows or count as delivered: the batch
+fails, saying why."""
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import wait_until
 from pyspark.sql import SparkSession
 from test_connect_sink import UNTIL_DRAINED, Holding, reactive, stop_when_delivered
 from test_sink import Checked
 
 from pyspark_reactive import connect_sink, publish
 
-PREFIX = "reactive_sink_"
+PREFIX = connect_sink.PREFIX
 
 
 def attach(spark: Any, session_id: str) -> Any:
@@ -43,10 +46,14 @@ def new_session(spark: Any) -> Any:
         return attach(spark, str(uuid.uuid4()))
 
 
-def staged_marks(spark: Any) -> dict[str, dict[str, Any]]:
-    """The staged marks in the client's own session, by name, with their values."""
-    names = [r.viewName for r in spark.sql(f"SHOW VIEWS LIKE '{PREFIX}*_staged'").collect()]
-    return {name: json.loads(spark.table(name).first()["value"]) for name in names}
+def staged_tables(session: Any) -> dict[str, dict[str, str]]:
+    """The staging tables that carry a staged mark, as ``session`` sees them, with their
+    properties."""
+    names = [r.tableName for r in session.sql(f"SHOW TABLES LIKE '{PREFIX}*'").collect()
+             if not r.isTemporary]
+    found = {name: connect_sink._properties(session, name) for name in names}
+    return {name: marks for name, marks in found.items()
+            if marks is not None and connect_sink.STAGED in marks}
 
 
 def held_at_first_row(spark: Any, tmp_path: Path) -> tuple[Any, Holding]:
@@ -108,55 +115,59 @@ def test_no_command_line_and_not_this_process_environment_holds_the_token(
     assert token not in os.environ.values()
 
 
-def test_other_sessions_cannot_see_the_staged_batch_and_a_forgery_fails_it(
-        spark: SparkSession, tmp_path: Path) -> None:
+def test_another_session_that_alters_a_staged_batch_fails_it(spark: SparkSession,
+                                                             tmp_path: Path) -> None:
     publisher, subscriber = held_at_first_row(spark, tmp_path)
-    [(mark, staged)] = staged_marks(spark).items()
-    view = mark.removesuffix("_staged")
-
     # Another session of the server (same token: another notebook on a shared cluster)
-    # lists nothing of the publisher's, reads nothing and drops nothing.
+    # finds the staging table and appends forged rows to a partition not yet fetched.
     other = new_session(spark)
-    listed = [r.viewName for query in ("SHOW VIEWS", "SHOW VIEWS IN global_temp")
-              for r in other.sql(query).collect()]
-    assert not [name for name in listed if name.startswith(PREFIX)], listed
-    for name in (view, mark, f"global_temp.{view}"):
-        with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
-            other.table(name).count()
-    assert other.catalog.dropTempView(view) is False
-    other.sql("SELECT CAST(-1 AS BIGINT) AS value").createOrReplaceTempView(view)  # its own
-
-    # Someone who learned the batch's session id replaces the partitions not yet fetched.
-    intruder = attach(spark, staged["session"])
-    try:
-        (intruder.range(40).selectExpr("-1 - id AS value",
-                                       "CAST(id % 4 AS INT) AS __reactive_partition")
-         .createOrReplaceTempView(view))
-    finally:
-        intruder.client.close()
+    [(table, _)] = staged_tables(other).items()
+    other.sql(f"INSERT INTO {table} SELECT CAST(-1 AS BIGINT) AS value, 3 AS {connect_sink._PART}")
     release(subscriber, 39)
     assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
     assert [v for (v,) in subscriber.elements if v < 0] == []
     assert subscriber.error is not None and not subscriber.completed
     assert "batch 0 was not delivered" in str(subscriber.error)
     assert "altered after it was staged" in str(subscriber.error)
+    assert "partition 3 holds other rows" in str(subscriber.error)
     assert not (tmp_path / "checkpoint" / "commits" / "0").exists()
     assert publisher.rows_delivered == 0
+
+
+def test_a_batch_staged_without_the_key_is_never_delivered(
+        spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A table named as the query's next batches would be, with forged rows and a staged
+    # mark whose MAC is not the key's: the client abandons it and delivers the real ones.
+    caplog.set_level(logging.INFO, logger="pyspark_reactive.sink")
+    other = new_session(spark)
+    _, subscriber = held_at_first_row(spark, tmp_path)
+    [(table, marks)] = staged_tables(other).items()
+    forged = f"{table.rsplit('_', 1)[0]}_5"
+    other.sql(f"CREATE TABLE {forged} USING parquet PARTITIONED BY ({connect_sink._PART}) AS "
+              f"SELECT -1 - value AS value, {connect_sink._PART} FROM {table}")
+    other.sql(f"ALTER TABLE {forged} SET TBLPROPERTIES (" + ", ".join(
+        f"'{key}'='{value}'" for key, value in marks.items()
+        if key.startswith("reactive.") and key != connect_sink.STAGED_MAC)
+        + f", '{connect_sink.STAGED_MAC}'='{'0' * 64}')")
+    release(subscriber, 1000)
+    assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
+    assert subscriber.completed, subscriber.error
+    assert [v for (v,) in subscriber.elements] == list(range(40))
+    # The client looked at it once batch 0 was delivered, before it saw the query end.
+    assert "batch 5 abandoned" in caplog.text
+    assert "staged mark does not carry the key" in caplog.text
+    wait_until(lambda: not staged_tables(other), 60, "the staging tables dropped at the end")
 
 
 def test_a_confirmation_without_the_key_fails_the_batch(spark: SparkSession,
                                                        tmp_path: Path) -> None:
     _, subscriber = held_at_first_row(spark, tmp_path)
-    [(mark, staged)] = staged_marks(spark).items()
-    # A "delivered" mark with the right counts and digests, and any MAC but the key's, put
-    # where the client puts its own: the batch would otherwise commit with 39 rows unread.
-    forged = json.dumps({"kind": "delivered", "parts": staged["parts"]})
-    intruder = attach(spark, spark.session_id)  # type: ignore[attr-defined]
-    try:
-        intruder.sql(f"SELECT '{forged}' AS value, '{'0' * 64}' AS mac").createOrReplaceTempView(
-            mark.removesuffix("_staged") + "_outcome")
-    finally:
-        intruder.client.close()
+    other = new_session(spark)
+    [(table, _)] = staged_tables(other).items()
+    # A "delivered" outcome, and any MAC but the key's, put where the client puts its own:
+    # the batch would otherwise commit with 39 rows unread.
+    other.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{connect_sink.OUTCOME}'="
+              f"'delivered:{'1' * 64}', '{connect_sink.OUTCOME_MAC}'='{'0' * 64}')")
     assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
     assert subscriber.error is not None and not subscriber.completed
     assert "does not carry the key" in str(subscriber.error)
@@ -169,7 +180,7 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
     # Fault injection in this (client) process: the first outcome mark the pump puts fails,
     # as a transient gRPC failure past the client's own retries would; the server is real.
     # Only this test's publisher (the pumps of earlier tests may still be ending).
-    put_mark, new_token = connect_sink._put_mark, connect_sink.new_token
+    set_properties, new_token = connect_sink._set_properties, connect_sink.new_token
     tokens: list[str] = []
     outcome_puts: list[str] = []
 
@@ -177,15 +188,15 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
         tokens.append(new_token())
         return tokens[-1]
 
-    def failing_once(session: Any, view: str, value: str, mac: str = "") -> None:
-        if tokens and view.startswith(f"{PREFIX}{tokens[0]}_") and view.endswith("_outcome"):
-            outcome_puts.append(view)
+    def failing_once(session: Any, table: str, values: dict[str, str]) -> None:
+        if tokens and f"_{tokens[0]}_" in table and connect_sink.OUTCOME in values:
+            outcome_puts.append(table)
             if len(outcome_puts) == 1:
                 raise ConnectionError("injected: the gRPC call failed (UNAVAILABLE)")
-        put_mark(session, view, value, mac)
+        set_properties(session, table, values)
 
     monkeypatch.setattr(connect_sink, "new_token", recorded_token)
-    monkeypatch.setattr(connect_sink, "_put_mark", failing_once)
+    monkeypatch.setattr(connect_sink, "_set_properties", failing_once)
     df = reactive(spark, publisher="range", count=60, maxRecordsPerTrigger=30).load()
     publisher = publish(df, element="tuple", trigger=UNTIL_DRAINED,
                         checkpointLocation=tmp_path / "checkpoint")
@@ -195,7 +206,7 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
     assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
     assert subscriber.completed and subscriber.error is None
     assert sorted(v for (v,) in subscriber.elements) == list(range(60))  # each row once
-    assert outcome_puts[:2] == [outcome_puts[0]] * 2 and outcome_puts[0].endswith("_0_outcome")
+    assert outcome_puts[:2] == [outcome_puts[0]] * 2 and outcome_puts[0].endswith("_0`")
 
 
 _STRANGER = """

@@ -98,7 +98,7 @@ def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     new_token, tokens = connect_sink.new_token, []
 
-    def recorded_token() -> str:  # this publisher's token names its heartbeat view
+    def recorded_token() -> str:  # this publisher's token names its staging tables
         tokens.append(new_token())
         return tokens[-1]
 
@@ -119,9 +119,10 @@ def test_a_slow_subscriber_holds_the_next_batch_and_the_publisher(
     wait_until(lambda: sum(Recording(record).requests) >= 200, 120,
                "the source's request for the batch behind the held one")
 
-    def beats() -> int:
-        mark = connect_sink._get_mark(spark, connect_sink._alive_view(tokens[0]))
-        return int(mark[0]) if mark is not None else 0
+    def beats() -> int:  # the heartbeat property of batch 0's staging table
+        tables = spark.sql(f"SHOW TABLES LIKE '{connect_sink.PREFIX}*_{tokens[0]}_0'").collect()
+        marks = connect_sink._properties(spark, tables[0].tableName) if tables else None
+        return int(marks.get(connect_sink.ALIVE, 0)) if marks else 0
 
     first = beats()
     wait_until(lambda: beats() >= first + 3, 120, "three heartbeats of the held batch")
