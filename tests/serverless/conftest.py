@@ -33,6 +33,8 @@ TESTS = HERE.parent
 # The guard and its sitecustomize.py.
 GUARD_DIR = HERE / "guard"
 _HAS_DATABRICKS_CONNECT = importlib.util.find_spec("databricks.connect") is not None
+# Not test modules (--doctest-modules would import sitecustomize.py into this process).
+collect_ignore = ["guard"]
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

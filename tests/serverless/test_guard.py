@@ -106,6 +106,13 @@ CLIENT_FORMS: list[tuple[str, str, str, Callable[[Any], Any]]] = [
      lambda spark: spark.catalog.dropGlobalTempView("g")),
     ("catalog.tableExists", "global_temp", "spark.catalog.tableExists('global_temp')",
      lambda spark: spark.catalog.tableExists("g", "global_temp")),
+    ("catalog.setCurrentDatabase", "global_temp",
+     "spark.catalog.setCurrentDatabase('global_temp')",
+     lambda spark: spark.catalog.setCurrentDatabase("global_temp")),
+    ("sql USE global_temp", "global_temp", "(the global_temp database)",
+     lambda spark: spark.sql("USE global_temp")),
+    ("writeTo", "global_temp", "DataFrame.writeTo('global_temp.g')",
+     lambda spark: spark.range(1).writeTo("global_temp.g")),
     ("persist", "cache", "DataFrame.persist()", lambda spark: spark.range(1).persist()),
     ("persist with a level", "cache", "DataFrame.persist()",
      lambda spark: spark.range(1).persist(StorageLevel.DISK_ONLY)),
@@ -402,20 +409,23 @@ def test_a_python_source_with_available_now_runs(spark: Any, guard_probe: str,
 def test_python_workers_refuse_the_jvm(spark: Any, tmp_path: Path) -> None:
     record = str(tmp_path / "udf.json")
 
+    # No type hints: from them pyspark would try to infer a pandas UDF, and warn.
     @udf("long")
-    def probe(value: int) -> int:
+    def probe(value):  # type: ignore[no-untyped-def]
         record_attempts(record, jvm_attempts())
         return value
 
     @udf("long")
-    def reach(value: int) -> int:
+    def reach(value):  # type: ignore[no-untyped-def]
         from py4j.java_gateway import JavaGateway
 
         JavaGateway()
         return value
 
     assert spark.range(1).select(probe("id").alias("id")).first().id == 0
-    assert_recorded(Path(record), "pyspark", JVM_REFUSALS, os.getpid())
+    # A Python worker forked by pyspark's daemon, which sitecustomize.py guarded at its start.
+    assert_recorded(Path(record), os.path.join("pyspark", "daemon.py"), JVM_REFUSALS,
+                    os.getpid())
     with pytest.raises(Exception, match=r"(?s)ServerlessForbidden.*py4j JavaGateway\(\): "
                        "Databricks serverless does not allow any access to the JVM"):
         spark.range(1).select(reach("id")).collect()

@@ -200,7 +200,8 @@ def _trigger(method: str) -> Callable[..., tuple[str, str] | None]:
     def check(writer: Any, *args: Any, **kwargs: Any) -> tuple[str, str] | None:
         proto = getattr(writer, "_write_proto", None)
         if proto is not None:  # Spark Connect: the trigger is in the command being built
-            chosen = _TRIGGER_NAMES.get(proto.WhichOneof("trigger") or "", None)
+            which = proto.WhichOneof("trigger")
+            chosen = _TRIGGER_NAMES.get(which, which) if which else None
         else:  # classic: what trigger() was called with, remembered by the guard
             chosen = writer.__dict__.get(_CLASSIC_TRIGGER)
         if chosen == "availableNow":
@@ -333,7 +334,8 @@ def _patch_catalog(cls: type) -> None:
     _guard_call(cls, "dropGlobalTempView",
                 _always("spark.catalog.dropGlobalTempView()", "global_temp"))
     for name in ("getTable", "tableExists", "listTables", "listColumns", "refreshTable",
-                 "isCached", "uncacheTable", "listFunctions"):
+                 "isCached", "uncacheTable", "listFunctions", "setCurrentDatabase",
+                 "getDatabase", "databaseExists"):
         _guard_call(cls, name, _names(f"spark.catalog.{name}"))
 
 
