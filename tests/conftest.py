@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-SEPARATE_SESSIONS = ("connect", "cluster", "notebooks", "crash", "soak", "databricks", "install")
+SEPARATE_SESSIONS = ("connect", "cluster", "notebooks", "crash", "soak", "databricks", "serverless",
+                     "install")
 
 # Real network peers the adapters are tested against (a broker, servers), started by the
 # tests on 127.0.0.1: importable from every test folder as ``import <module>``.
