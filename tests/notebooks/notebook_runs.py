@@ -29,7 +29,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "backpressure.ipynb": {"RATE": 2_000, "MAX_RECORDS_PER_TRIGGER": 500,
                            "PHASE_SECONDS": 1.5, "BIN_SECONDS": 0.5},
     "exactly_once.ipynb": {"TOTAL": 5_000, "MAX_RECORDS_PER_TRIGGER": 500,
-                           "STOP_AFTER": 1_500},
+                           "STOP_AFTER": 1_750},
     "scheduled_job.ipynb": {"ROWS_PER_RUN": 2_000, "MAX_RECORDS_PER_TRIGGER": 1_000},
 }
 # Generous for a loaded 2-core machine: a cell may start Spark or a whole query run.
