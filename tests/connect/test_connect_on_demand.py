@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from on_demand_rounds import run_rounds
 from pyspark.sql import SparkSession
 
 from pyspark_reactive import connect_sink
 
 
-@pytest.mark.spark_lines
+# Not among the spark_lines tests: on 4.0 tests/serverless runs it through Databricks
+# Connect, and the classic test runs it on every line.
 def test_three_rounds_of_demand_each_row_once(spark: SparkSession, tmp_path: Path) -> None:
     publisher, subscriber = run_rounds(spark, tmp_path)
     publisher.stop(timeout=120)
