@@ -79,3 +79,55 @@ def test_committed_notebook_shows_a_real_run(name: str) -> None:
     assert "classic session" in printed(notebook), "the committed run was not a classic one"
     parameters = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1 and "sizes of the test run" not in parameters[0].source
+
+
+class _Widgets:
+    """``dbutils.widgets`` as the install cell uses it (a job's parameters are ``values``)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+
+    def text(self, name: str, default: str) -> None:
+        self.values.setdefault(name, default)
+
+    def get(self, name: str) -> str:
+        return self.values[name]
+
+
+class _Databricks:
+    """What a Databricks notebook gives the install cell: ``dbutils`` (widgets, and
+    ``library.restartPython``) and IPython's ``%pip``; each call is noted in ``calls``."""
+
+    def __init__(self, **widgets: str) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.widgets = _Widgets(widgets)
+        self.library = self
+
+    def restartPython(self) -> None:  # Databricks names it so
+        self.calls.append(("restartPython",))
+
+    def run_line_magic(self, magic: str, line: str) -> None:
+        self.calls.append((magic, line))
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_install_cell_installs_and_restarts_only_on_databricks(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first code cell (before any state a restart would lose): on Databricks, %pip
+    install of the widget PACKAGE, then restartPython(); nothing with PACKAGE empty, and
+    nothing at all elsewhere (the notebook runs above show it does not fail in Jupyter)."""
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    cell = next(c for c in notebook.cells if c.cell_type == "code").source
+    assert "PACKAGE" in cell and "restartPython" in cell, "the first code cell installs"
+
+    def run_cell(databricks: _Databricks) -> list[tuple[str, ...]]:
+        exec(cell, {"dbutils": databricks, "get_ipython": lambda: databricks})
+        return databricks.calls
+
+    wheel = "/Volumes/main/default/wheels/pyspark_reactive-0.1.0-py3-none-any.whl"
+    monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    assert run_cell(_Databricks(PACKAGE=wheel)) == []
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "client.4.9")
+    assert run_cell(_Databricks(PACKAGE=wheel)) == [
+        ("pip", f"install --quiet {wheel}"), ("restartPython",)]
+    assert run_cell(_Databricks()) == []  # the widget made, empty: installed already
