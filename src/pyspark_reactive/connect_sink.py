@@ -78,8 +78,10 @@ PREFIX = "reactive_stage_"
 # The column the stager adds and partitions the table by: the Spark partition each row was
 # in, so the client can read one at a time.
 _PART = "__reactive_partition"
-# How often each side looks at the other's marks: a round trip to the server each time.
+# How often each side looks at the other's marks (a round trip to the server each time):
+# every POLL_S at first, backing off to MAX_POLL_S while nothing changes.
 POLL_S = 0.05
+MAX_POLL_S = 0.25
 # Consecutive failed looks at the server after which the pump gives up.
 _PUMP_RETRIES = 5
 # A reason longer than this is cut: it travels as a table property and ends in an error.
@@ -281,8 +283,18 @@ class ConnectStager:
         _drop(session, table)  # an earlier attempt's: a batch is staged once
         delivered = False
         try:
-            (batch.withColumn(_PART, spark_partition_id()).write.partitionBy(_PART)
-             .saveAsTable(table))
+            # Columns by position (c0, c1, ...): whatever the query's names (duplicates,
+            # characters a table format refuses), the client restores them.
+            staged = batch.toDF(*[f"c{index}" for index in range(len(batch.columns))])
+            try:
+                (staged.withColumn(_PART, spark_partition_id()).write.partitionBy(_PART)
+                 .saveAsTable(table))
+            except Exception as error:
+                raise RuntimeError(
+                    f"ForeachBatchPublisher: batch {batch_id} could not be staged in "
+                    f"{table}: {type(error).__name__}: {error}. publish(staging=...) names "
+                    f"a schema where the query's user may create, alter and drop tables "
+                    f"(now {self.namespace})") from error
             summary = self._summary(session, table)
             value = f"{len(summary['parts'])}:{summary['schema']}"
             _set_properties(session, table, {
@@ -303,13 +315,24 @@ class ConnectStager:
                             "delivered" if delivered else "not delivered", exc_info=True)
 
     def _sweep(self, session: Any) -> None:
-        """Drop what earlier runs of this query left: no run of it but this one runs."""
+        """Drop what earlier runs of this query left: no run of it but this one runs.
+        A table that cannot be dropped (another user's, say) is left, with a warning."""
         own = f"{PREFIX}{self.query}_{self.token}_"
-        for name in _tables(session, self.namespace, f"{PREFIX}{self.query}_"):
+        try:
+            names = _tables(session, self.namespace, f"{PREFIX}{self.query}_")
+        except Exception:
+            log.warning("ForeachBatchPublisher: could not list %s for tables an earlier run "
+                        "of this query left", self.namespace, exc_info=True)
+            return
+        for name in names:
             if not name.startswith(own):
                 log.info("ForeachBatchPublisher: dropping %s, staged by an earlier run of "
                          "this query that ended before it was delivered", name)
-                _drop(session, f"{self.namespace}.`{name}`")
+                try:
+                    _drop(session, f"{self.namespace}.`{name}`")
+                except Exception:
+                    log.warning("ForeachBatchPublisher: could not drop %s", name,
+                                exc_info=True)
 
     def _summary(self, session: Any, table: str) -> dict[str, Any]:
         """The counts and digests of what the table holds, read back from it."""
@@ -325,8 +348,22 @@ class ConnectStager:
         pause = threading.Event()  # never set: a bounded wait between looks
         alive: str | None = None
         heard = time.monotonic()
+        wait = POLL_S
+        failed_since: float | None = None
         while True:
-            marks = _properties(session, table)
+            try:
+                marks = _properties(session, table)
+                failed_since = None
+            except Exception:
+                # A look that failed (the server busy): tried again for as long as a
+                # silent client would be waited for.
+                now = time.monotonic()
+                failed_since = now if failed_since is None else failed_since
+                if now - failed_since > self.client_timeout:
+                    raise
+                log.debug("a look at %s failed", table, exc_info=True)
+                pause.wait(MAX_POLL_S)
+                continue
             if marks is None:
                 raise RuntimeError(
                     f"ForeachBatchPublisher: batch {batch_id} was not delivered: its "
@@ -344,7 +381,8 @@ class ConnectStager:
                     f"ForeachBatchPublisher: batch {batch_id} was not delivered: the "
                     f"client process that publishes this query has given no sign of "
                     f"life for {self.client_timeout:.0f} s (publish(client_timeout=...))")
-            pause.wait(POLL_S)
+            pause.wait(wait)
+            wait = min(wait * 1.5, MAX_POLL_S)
 
     def _settle(self, table: str, batch_id: int, summary: dict[str, Any], value: str,
                 mac: str) -> None:
@@ -409,22 +447,33 @@ class ConnectPump:
         answering); the server's batch function then fails too.
     key : bytes
         As given to the :class:`ConnectStager`.
+    columns : list of str
+        The query's column names, which the stager replaces by position (``c0``, ...).
     """
 
     def __init__(self, spark: Any, stager: ConnectStager,
                  deliver: Callable[[int, Iterator[pa.RecordBatch]], None],
-                 failed: Callable[[BaseException], None], *, key: bytes) -> None:
+                 failed: Callable[[BaseException], None], *, key: bytes,
+                 columns: list[str]) -> None:
         self.spark = spark
         self.stager = stager
         self.deliver = deliver
         self.failed = failed
         self._key = key
+        self.columns = list(columns)
         self.query: Any = None
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         # Batches delivered or abandoned, until the stager has dropped their table.
         self._settled: dict[int, _Settled] = {}
+        # The highest batch id delivered: a batch's ids only grow within a run, so a table
+        # of this id or a lower one is a copy (a replay), never delivered.
+        self._delivered_upto = -1
+        self._replays: set[int] = set()  # the copies warned of
         self._current: str | None = None  # the table of the batch being delivered
+        # Held around every write of properties: Spark rewrites a table's whole property
+        # map, so a heartbeat at the same time as the outcome could undo it.
+        self._writing = threading.Lock()
         self.beats = 0
 
     def __repr__(self) -> str:  # never the key
@@ -453,13 +502,14 @@ class ConnectPump:
     def _run(self) -> None:
         failure: BaseException | None = None
         misses = 0
+        wait = POLL_S
         try:
             while not self._stopped.is_set():
                 try:
                     if self._step():
-                        misses = 0
+                        misses, wait = 0, POLL_S
                         continue
-                    if not self._query_active():
+                    if not self.query.isActive:
                         break
                     misses = 0
                 except Exception as error:
@@ -469,7 +519,8 @@ class ConnectPump:
                         raise
                     log.warning("ForeachBatchPublisher: a look at the Spark Connect server "
                                 "failed (%d of %d): %s", misses, _PUMP_RETRIES, error)
-                self._stopped.wait(POLL_S)
+                self._stopped.wait(wait)
+                wait = min(wait * 1.5, MAX_POLL_S)
         except Exception as error:
             failure = error
             log.exception("ForeachBatchPublisher: fetching batches from the Spark Connect "
@@ -486,6 +537,8 @@ class ConnectPump:
         it."""
         if not self._query_active():
             try:
+                # Terminated, not only stopping: its batch function has returned.
+                self.query.awaitTermination(10)
                 for batch_id in self._batches():
                     _drop(self.spark, self.stager.table(batch_id))
             except Exception:
@@ -496,7 +549,7 @@ class ConnectPump:
             for batch_id in self._batches():
                 if batch_id not in self._settled:
                     table = self.stager.table(batch_id)
-                    _set_properties(self.spark, table, {
+                    self._set(table, {
                         OUTCOME: "gone",
                         OUTCOME_MAC: _sign(self._key, "outcome", table, batch_id, "gone")})
         except Exception:
@@ -517,6 +570,14 @@ class ConnectPump:
         for batch_id in batches:
             settled = self._settled.get(batch_id)
             if settled is None:
+                if batch_id <= self._delivered_upto:
+                    # A copy of a delivered batch (see _delivered_upto): never read.
+                    if batch_id not in self._replays:
+                        self._replays.add(batch_id)
+                        log.warning("ForeachBatchPublisher: ignoring %s: batch %d was "
+                                    "delivered already (a copy put there by another "
+                                    "session?)", self.stager.table(batch_id), batch_id)
+                    continue
                 marks = _properties(self.spark, self.stager.table(batch_id))
                 if marks is None or STAGED not in marks:
                     continue  # still being written, or gone since the listing
@@ -527,11 +588,16 @@ class ConnectPump:
                 # the outcome, which failed to go out, is put again.
                 self._put_outcome(batch_id, settled)
                 return True
-            if not settled.value.startswith("delivered:"):
-                marks = _properties(self.spark, self.stager.table(batch_id))
-                if marks is not None and marks.get(STAGED_MAC) != settled.staged_mac:
-                    del self._settled[batch_id]  # staged anew: looked at next time
-                    return True
+            marks = _properties(self.spark, self.stager.table(batch_id))
+            if marks is None:
+                continue
+            if (not settled.value.startswith("delivered:")
+                    and marks.get(STAGED_MAC) != settled.staged_mac):
+                del self._settled[batch_id]  # staged anew: looked at next time
+                return True
+            if marks.get(OUTCOME) != settled.value:
+                self._put_outcome(batch_id, settled)  # undone by a concurrent write
+                return True
         return False
 
     def _query_active(self) -> bool:
@@ -550,6 +616,7 @@ class ConnectPump:
             self._current = table
             self.deliver(batch_id, self._fetch(table, batch_id, staged, received))
             outcome = f"delivered:{_digest(_parts_text(received))}"
+            self._delivered_upto = max(self._delivered_upto, batch_id)
         except Exception as error:
             # The publisher's own errors say which batch and why (a stop in the words
             # Spark takes for a stop); any other (the server failed a read) is named as
@@ -563,16 +630,20 @@ class ConnectPump:
                        f"abandoned:{reason[:_REASON_CHARS].encode().hex()}")
             log.info("ForeachBatchPublisher: batch %d abandoned: %s", batch_id, reason)
         finally:
-            self._current = None
+            with self._writing:
+                self._current = None
         settled = _Settled(outcome, _sign(self._key, "outcome", table, batch_id, outcome),
                            marks.get(STAGED_MAC, ""))
         self._settled[batch_id] = settled  # from here on, this batch is never offered again
         self._put_outcome(batch_id, settled)
 
     def _put_outcome(self, batch_id: int, settled: _Settled) -> None:
-        _set_properties(self.spark, self.stager.table(batch_id),
-                        {OUTCOME: settled.value, OUTCOME_MAC: settled.mac})
+        self._set(self.stager.table(batch_id), {OUTCOME: settled.value, OUTCOME_MAC: settled.mac})
         settled.put = True
+
+    def _set(self, table: str, values: dict[str, str]) -> None:
+        with self._writing:
+            _set_properties(self.spark, table, values)
 
     def _check_staged(self, table: str, batch_id: int,
                       marks: dict[str, str]) -> dict[str, Any]:
@@ -601,7 +672,8 @@ class ConnectPump:
                                f"its staging table {table} is missing (it was dropped)")
         frame = self.spark.read.table(table)
         data = frame.drop(_PART)
-        if _schema_digest(data.schema) != staged["schema"]:
+        if (_schema_digest(data.schema) != staged["schema"]
+                or len(data.columns) != len(self.columns)):
             raise RuntimeError(altered + "its columns differ")
         from pyspark.sql import Observation
 
@@ -614,7 +686,7 @@ class ConnectPump:
             # column travels with the rows.
             seen = Observation(f"reactive_sink_check_{secrets.token_hex(8)}")
             arrow = (frame.where(frame[_PART] == part).drop(_PART)
-                     .observe(seen, *checks).toArrow())
+                     .observe(seen, *checks).toDF(*self.columns).toArrow())
             metrics = seen.get
             if "n" not in metrics:
                 raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
@@ -631,12 +703,13 @@ class ConnectPump:
 
     def _beat(self) -> None:
         while not self._stopped.wait(HEARTBEAT_S):
-            table = self._current
-            if table is None:
-                continue
-            self.beats += 1
             try:
-                _set_properties(self.spark, table, {ALIVE: str(self.beats)})
+                with self._writing:  # never beside the outcome (see _writing)
+                    table = self._current
+                    if table is None:
+                        continue
+                    self.beats += 1
+                    _set_properties(self.spark, table, {ALIVE: str(self.beats)})
             except Exception:
                 if self._stopped.is_set():
                     return
@@ -655,14 +728,15 @@ def connect_publish(df: Any, publisher: ForeachBatchPublisher, writer_options: d
     spark = df.sparkSession
     namespace = staging_namespace(spark, staging)
     token, key = new_token(), new_key()
-    stager = ConnectStager(namespace, query_part(writer_options.get("checkpointLocation"),
-                                                 token),
+    checkpoint = next((value for name, value in writer_options.items()
+                       if name.lower() == "checkpointlocation"), None)
+    stager = ConnectStager(namespace, query_part(checkpoint, token),
                            token, float(client_timeout), key)
     writer = configure_writer(df.writeStream.foreachBatch(stager), writer_options, trigger)
     pump = ConnectPump(spark, stager, publisher.deliver_arrow,
                        lambda error: publisher.fail(RuntimeError(
                            f"ForeachBatchPublisher: fetching from the Spark Connect server "
-                           f"failed: {error}")), key=key)
+                           f"failed: {error}")), key=key, columns=df.columns)
     query = writer.start()
     try:
         publisher.watch(query)

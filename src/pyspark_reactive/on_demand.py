@@ -61,7 +61,7 @@ class OnDemandPublisher(ForeachBatchPublisher):
     query : StreamingQuery or None
         The current run, or the last one.
     runs : int
-        Runs that ended without an error.
+        Runs that ended by themselves (not failed, not stopped).
     run_bounds : list of int
         The bound each run was started with, in order.
     """
@@ -91,6 +91,9 @@ class OnDemandPublisher(ForeachBatchPublisher):
         the runs' thread, which starts the next)."""
         with self._changed:
             self.query = query
+            stopping = self._stopping.is_set()
+        if stopping:  # stop() came while this run was starting
+            query.stop()
         return self._thread
 
     def stop(self, timeout: float | None = None) -> None:
@@ -107,7 +110,8 @@ class OnDemandPublisher(ForeachBatchPublisher):
                 query.stop()
             except Exception:  # already ended
                 log.debug("stopping the current run failed", exc_info=True)
-        self._thread.join(timeout)
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
 
     # -- the runs --------------------------------------------------------------------------
 
@@ -143,8 +147,11 @@ class OnDemandPublisher(ForeachBatchPublisher):
                 if bound is None:
                     break
                 query = self._start_run(bound)
-                query.awaitTermination()
-                failure = query.exception()
+                try:
+                    query.awaitTermination()
+                    failure = query.exception()
+                except Exception as error:  # how a failed run ends awaitTermination
+                    failure = error
                 if failure is not None:
                     self._end(failure, f"run {len(self.run_bounds)} of query {query.id} failed")
                     return
@@ -165,6 +172,8 @@ class OnDemandPublisher(ForeachBatchPublisher):
                 if self.empty_runs is not None and empty >= self.empty_runs:
                     self._end(COMPLETE, f"{empty} runs in a row read nothing (empty_runs)")
                     return
+        except _Stopped:
+            pass
         except Exception as error:
             log.exception("publish_on_demand: a run could not be started or followed")
             self._end(error, "a run could not be started")
@@ -176,7 +185,11 @@ class OnDemandPublisher(ForeachBatchPublisher):
         if not getattr(df, "isStreaming", False):
             raise ValueError(f"publish_on_demand: build({bound}) returned {type(df).__name__}, "
                              "not a streaming DataFrame (spark.readStream...load())")
+        if self._stopping.is_set():
+            raise _Stopped()
         self.run_bounds.append(bound)
+        with self._changed:
+            self.query = None  # a batch of the new run finds its query (see _admit)
         if _is_connect(df):
             from .connect_sink import connect_publish
 
@@ -186,6 +199,10 @@ class OnDemandPublisher(ForeachBatchPublisher):
                                  _RUN).start()
         self.watch(query)
         return query
+
+
+class _Stopped(Exception):
+    """stop() was called while a run was being built."""
 
 
 def _run_report(query: Any) -> tuple[int, bool]:
@@ -286,6 +303,9 @@ def publish_on_demand(build: Callable[[int], Any], *, checkpointLocation: Any,
     if "trigger" in options:
         raise ValueError("publish_on_demand: trigger is not accepted: every run is an "
                          "availableNow run")
+    if "when_unsubscribed" in options:
+        raise ValueError("publish_on_demand: when_unsubscribed is not accepted: with no "
+                         "subscriber no run starts (as 'wait')")
     publisher = OnDemandPublisher(
         build, {**options, "checkpointLocation": str(checkpointLocation)},
         max_run_records=max_run_records, empty_runs=empty_runs,

@@ -122,7 +122,7 @@ def test_another_session_that_alters_a_staged_batch_fails_it(spark: SparkSession
     # finds the staging table and appends forged rows to a partition not yet fetched.
     other = new_session(spark)
     [(table, _)] = staged_tables(other).items()
-    other.sql(f"INSERT INTO {table} SELECT CAST(-1 AS BIGINT) AS value, 3 AS {connect_sink._PART}")
+    other.sql(f"INSERT INTO {table} SELECT CAST(-1 AS BIGINT) AS c0, 3 AS {connect_sink._PART}")
     release(subscriber, 39)
     assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
     assert [v for (v,) in subscriber.elements if v < 0] == []
@@ -144,7 +144,7 @@ def test_a_batch_staged_without_the_key_is_never_delivered(
     [(table, marks)] = staged_tables(other).items()
     forged = f"{table.rsplit('_', 1)[0]}_5"
     other.sql(f"CREATE TABLE {forged} USING parquet PARTITIONED BY ({connect_sink._PART}) AS "
-              f"SELECT -1 - value AS value, {connect_sink._PART} FROM {table}")
+              f"SELECT -1 - c0 AS c0, {connect_sink._PART} FROM {table}")
     other.sql(f"ALTER TABLE {forged} SET TBLPROPERTIES (" + ", ".join(
         f"'{key}'='{value}'" for key, value in marks.items()
         if key.startswith("reactive.") and key != connect_sink.STAGED_MAC)
@@ -235,3 +235,34 @@ def test_another_local_user_without_the_token_is_refused(spark: SparkSession) ->
     result = json.loads(lines[-1])
     assert "ran" not in result, f"another uid ran a query with no token: {result}"
     assert "UNAUTHENTICATED" in result["error"], result
+
+
+def test_a_copy_of_a_delivered_batch_is_never_delivered_again(
+        spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Another session copies batch 0's table, marks and all, while it waits, and puts the
+    # copy back under its name once the batch function dropped it: the signature is
+    # right, but batch 0 was delivered, and batch ids only grow within a run.
+    caplog.set_level(logging.INFO, logger="pyspark_reactive.sink")
+    df = reactive(spark, publisher="range", count=40, maxRecordsPerTrigger=20).load()
+    publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Holding(1)
+    publisher.subscribe(subscriber)
+    subscriber.wait_for(1)
+    other = new_session(spark)
+    [(table, marks)] = staged_tables(other).items()
+    copy_name = f"{table}_copy"
+    other.sql(f"CREATE TABLE {copy_name} USING parquet PARTITIONED BY ({connect_sink._PART}) "
+              f"AS SELECT * FROM {table}")
+    release(subscriber, 1000)
+    subscriber.wait_for(40)
+    wait_until(lambda: table not in staged_tables(other), 60, "batch 0's table dropped")
+    other.sql(f"ALTER TABLE {copy_name} RENAME TO {table}")
+    other.sql(f"ALTER TABLE {table} SET TBLPROPERTIES (" + ", ".join(
+        f"'{key}'='{value}'" for key, value in marks.items() if key.startswith("reactive."))
+        + ")")
+    wait_until(lambda: "batch 0 was delivered already" in caplog.text, 60,
+               "the copy found and ignored")
+    publisher.query.stop()
+    assert subscriber.done.wait(60) and subscriber.completed, subscriber.error
+    assert [v for (v,) in subscriber.elements] == list(range(40))
+    other.sql(f"DROP TABLE IF EXISTS {table}")

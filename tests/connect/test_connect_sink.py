@@ -290,3 +290,21 @@ def test_every_type_arrives_through_the_staging_table(spark: SparkSession,
     assert table.schema.names == reference.columns
     assert sorted(table.column("id").to_pylist()) == list(range(300))
     assert table.sort_by("id").column("amount").to_pylist() == [row.amount for row in expected]
+
+
+def test_column_names_a_table_would_refuse_arrive_as_the_query_has_them(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # Staged by position: names that differ only in case, and characters Delta refuses in
+    # a column name without column mapping, come back as the query named them.
+    df = reactive(spark, publisher="range", count=30, maxRecordsPerTrigger=30).load()
+    named = df.selectExpr("value AS `sum(x)`", "value * 2 AS V", "value * 3 AS v",
+                          "value AS `a b;c`")
+    publisher = publish(named, element="row", trigger={"availableNow": True},
+                        checkpointLocation=tmp_path / "checkpoint")
+    subscriber = Checked(100)
+    publisher.subscribe(subscriber)
+    assert subscriber.done.wait(120) and subscriber.completed, subscriber.error
+    assert [list(row.__fields__) for row in subscriber.elements[:1]] == [
+        ["sum(x)", "V", "v", "a b;c"]]
+    assert [tuple(row) for row in subscriber.elements] == [
+        (i, 2 * i, 3 * i, i) for i in range(30)]

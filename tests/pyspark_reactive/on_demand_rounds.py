@@ -75,9 +75,11 @@ def run_rounds(spark: Any, folder: Path, **publish: Any) -> tuple[OnDemandPublis
     publisher.subscribe(subscriber)
     wait_until(lambda: subscriber.subscription is not None, 30, "on_subscribe")
     total = 0
+    ended_with = 0
     for demand in ROUNDS:
         # Nothing requested: no run has started since the last round's runs ended.
         runs_before = len(publisher.run_bounds)
+        assert runs_before == ended_with, publisher.run_bounds
         assert publisher.query is None or not publisher.query.isActive
         subscriber.request(demand)
         total += demand
@@ -91,6 +93,7 @@ def run_rounds(spark: Any, folder: Path, **publish: Any) -> tuple[OnDemandPublis
         # whole round, any later one by what the earlier ones left.
         assert bounds and bounds[0] == demand, publisher.run_bounds
         assert all(later < earlier for earlier, later in itertools.pairwise(bounds)), bounds
+        ended_with = len(publisher.run_bounds)
     assert subscriber.violations == []
     values = [value for (value,) in subscriber.elements]
     assert values == list(range(total))  # every row once, in order, across the runs
