@@ -84,6 +84,8 @@ POLL_S = 0.05
 MAX_POLL_S = 0.25
 # Consecutive failed looks at the server after which the pump gives up.
 _PUMP_RETRIES = 5
+# How long the end of a query waits for the pump to finish its cleanup.
+_PUMP_JOIN_S = 30.0
 # A reason longer than this is cut: it travels as a table property and ends in an error.
 _REASON_CHARS = 1000
 _MARK_VERSION = "pyspark-reactive connect sink 2"
@@ -505,6 +507,10 @@ class ConnectPump:
         wait = POLL_S
         try:
             while not self._stopped.is_set():
+                if self._session_closed():
+                    log.info("ForeachBatchPublisher: the Spark Connect session was closed; "
+                             "the client stops fetching")
+                    return
                 try:
                     if self._step():
                         misses, wait = 0, POLL_S
@@ -531,10 +537,15 @@ class ConnectPump:
         if failure is not None:
             self.failed(failure)
 
+    def _session_closed(self) -> bool:
+        return bool(getattr(self.spark.client, "_closed", False))
+
     def _clear(self) -> None:
         """Once the query has ended, drop this run's tables that a stopped batch function
         left; while it runs, tell the batch its function waits for that nobody will fetch
-        it."""
+        it. Nothing once the session is closed (a later start of the query drops them)."""
+        if self._session_closed():
+            return
         if not self._query_active():
             try:
                 # Terminated, not only stopping: its batch function has returned.
@@ -737,6 +748,9 @@ def connect_publish(df: Any, publisher: ForeachBatchPublisher, writer_options: d
                        lambda error: publisher.fail(RuntimeError(
                            f"ForeachBatchPublisher: fetching from the Spark Connect server "
                            f"failed: {error}")), key=key, columns=df.columns)
+    # Subscribers learn of the end once the pump has cleaned up and stopped using the
+    # session (a session closed under a running pump's call can crash gRPC).
+    publisher.transport_end = lambda: pump.join(_PUMP_JOIN_S)
     query = writer.start()
     try:
         publisher.watch(query)

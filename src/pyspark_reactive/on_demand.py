@@ -146,12 +146,14 @@ class OnDemandPublisher(ForeachBatchPublisher):
                 bound = self._wait_for_demand()
                 if bound is None:
                     break
+                delivered_before = self.rows_delivered
                 query = self._start_run(bound)
                 try:
                     query.awaitTermination()
                     failure = query.exception()
                 except Exception as error:  # how a failed run ends awaitTermination
                     failure = error
+                self._transport_ended()
                 if failure is not None:
                     self._end(failure, f"run {len(self.run_bounds)} of query {query.id} failed")
                     return
@@ -159,6 +161,8 @@ class OnDemandPublisher(ForeachBatchPublisher):
                     break
                 self.runs += 1
                 read, complete = _run_report(query)
+                # Progress may lack the run's last report: rows delivered count as read.
+                read = max(read, self.rows_delivered - delivered_before)
                 log.info("publish_on_demand: run %d (bound %d) read %d rows%s",
                          self.runs, bound, read, ", and its source completed" if complete
                          else "")

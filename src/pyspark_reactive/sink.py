@@ -508,6 +508,9 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._active, self._active_at = True, float("-inf")  # see _query_active()
         self._had_subscriber = False
         self._schemas: dict[tuple[str, ...], pa.Schema] = {}  # see _arrow_batches
+        # A transport's wait for its own threads once the query has ended (the Spark
+        # Connect pump's cleanup), so that subscribers learn of the end only after it.
+        self.transport_end: Callable[[], None] | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         # Spark Connect pickles the foreachBatch function to run it on the server, where
@@ -598,15 +601,26 @@ class ForeachBatchPublisher(Publisher[Any]):
                 try:
                     query.awaitTermination()
                 except Exception as error:
+                    self._transport_ended()
                     self._end(error, why)
                     return
                 failure = query.exception()
+                self._transport_ended()
                 self._end(COMPLETE if failure is None else failure, why)
 
             self._watcher = threading.Thread(target=wait, daemon=True,
                                              name=f"reactive-sink-watch-{query.id}")
             self._watcher.start()
             return self._watcher
+
+    def _transport_ended(self) -> None:
+        wait = self.transport_end
+        if wait is not None:
+            try:
+                wait()
+            except Exception:
+                log.warning("ForeachBatchPublisher: waiting for the transport to end failed",
+                            exc_info=True)
 
     def _one_run(self) -> str:
         query = self.query
