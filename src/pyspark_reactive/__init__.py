@@ -40,7 +40,10 @@ def _require_pyspark() -> None:
 
 _require_pyspark()
 
+from reactive_streams._version import __version__  # noqa: E402 - after the check
+
 from .arrow_elements import arrow_batches  # noqa: E402 - after the check, which says why
+from .errors import PySparkReactiveError  # noqa: E402
 from .foreach_writer import SubscriberForeachWriter  # noqa: E402
 from .on_demand import OnDemandPublisher, publish_on_demand  # noqa: E402
 from .options import OptionError  # noqa: E402
@@ -60,8 +63,10 @@ __all__ = [
     "ForeachBatchPublisher",
     "OnDemandPublisher",
     "OptionError",
+    "PySparkReactiveError",
     "SparkConnectNotSupported",
     "SubscriberForeachWriter",
+    "__version__",
     "arrow_batches",
     "expose",
     "local_session",

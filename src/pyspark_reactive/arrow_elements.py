@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 
 from reactive_streams import Publisher, Subscriber
 
+from .errors import PySparkReactiveError
+
 __all__ = ["ArrowElementError", "ArrowElements", "arrow_batches", "first_record_batch",
            "record_batch_among_rows"]
 
@@ -29,7 +31,7 @@ _VIEW_IDS = {name: getattr(pa, name)().id for name in ("string_view", "binary_vi
              if hasattr(pa, name)}
 
 
-class ArrowElementError(ValueError):
+class ArrowElementError(PySparkReactiveError, ValueError):
     """An element of an Arrow stream that does not fit, or a stream that mixes kinds.
 
     Attributes

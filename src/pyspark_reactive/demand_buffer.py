@@ -41,6 +41,8 @@ import pyarrow as pa
 from reactive_streams import Publisher, Subscriber, Subscription
 from reactive_streams.signalling import require_not_none
 
+from .errors import PySparkReactiveError
+
 __all__ = ["DemandBuffer", "PublisherError"]
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ _RecordBatch = pa.RecordBatch
 _NEVER = 2**63  # a count never reached
 
 
-class PublisherError(RuntimeError):
+class PublisherError(PySparkReactiveError, RuntimeError):
     """The publisher broke the specification (for example, more elements than demand)."""
 
 

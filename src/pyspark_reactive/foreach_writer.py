@@ -23,6 +23,8 @@ from reactive_streams import Subscriber, Subscription
 from reactive_streams.api import UNBOUNDED
 from reactive_streams.signalling import signal_violation
 
+from .errors import PySparkReactiveError
+
 __all__ = ["SubscriberForeachWriter", "TaskGone"]
 
 log = logging.getLogger("pyspark_reactive.foreach_writer")
@@ -87,7 +89,7 @@ class _TaskSubscription(Subscription):
             return True
 
 
-class TaskGone(RuntimeError):
+class TaskGone(PySparkReactiveError, RuntimeError):
     """Spark no longer runs the task whose ``process`` was waiting for demand."""
 
 

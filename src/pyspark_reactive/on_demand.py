@@ -36,9 +36,12 @@ from typing import Any
 
 from reactive_streams.signalling import COMPLETE
 
+from .errors import PySparkReactiveError
 from .sink import (
     MIN_CLIENT_TIMEOUT_S,
+    Element,
     ForeachBatchPublisher,
+    WhenStalled,
     _is_connect,
     configure_writer,
 )
@@ -205,7 +208,7 @@ class OnDemandPublisher(ForeachBatchPublisher):
         return query
 
 
-class _Stopped(Exception):
+class _Stopped(PySparkReactiveError):
     """stop() was called while a run was being built."""
 
 
@@ -237,8 +240,8 @@ def _run_report(query: Any) -> tuple[int, bool]:
 
 
 def publish_on_demand(build: Callable[[int], Any], *, checkpointLocation: Any,
-                      element: str = "row", chunk_rows: int = 1024,
-                      demand_timeout: float | None = None, when_stalled: str = "fail",
+                      element: Element = "row", chunk_rows: int = 1024,
+                      demand_timeout: float | None = None, when_stalled: WhenStalled = "fail",
                       max_run_records: int = 100_000, empty_runs: int | None = None,
                       client_timeout: float = 120.0, staging: str | None = None,
                       **options: Any) -> OnDemandPublisher:

@@ -22,6 +22,8 @@ from typing import Any
 
 from reactive_streams.adapters.urls import redact_url, redact_url_in
 
+from .errors import PySparkReactiveError
+
 __all__ = [
     "AVAILABLE_NOW_DEFAULT_BATCHES",
     "DEFAULT_FILL_WAIT_MS",
@@ -92,7 +94,7 @@ _SHOWN = 80
 log = logging.getLogger("pyspark_reactive.source")
 
 
-class OptionError(ValueError):
+class OptionError(PySparkReactiveError, ValueError):
     """A source option with a value that is not accepted.
 
     The message names the option, the value and what is accepted. A value that is a URL

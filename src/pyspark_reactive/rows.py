@@ -53,6 +53,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from .errors import PySparkReactiveError
+
 __all__ = ["RowConversionError", "RowConverter", "Undecodable", "arrow_schema"]
 
 # Spark hands values of these types to pyarrow unconverted, so pyarrow's own conversion
@@ -220,7 +222,7 @@ def _wall_times(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array | No
     return pa.array(values, type=arrow_type)
 
 
-class _Refused(TypeError):
+class _Refused(PySparkReactiveError, TypeError):
     """A value the converter refuses before Spark's conversion sees it; says why."""
 
 
@@ -255,7 +257,7 @@ class Undecodable:
         return f"Undecodable({self.reason!r})"
 
 
-class RowConversionError(ValueError):
+class RowConversionError(PySparkReactiveError, ValueError):
     """An element that does not fit the schema.
 
     Parameters

@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from .errors import PySparkReactiveError
+
 __all__ = [
     "LocalSessionUnavailable",
     "local_connect_session",
@@ -39,7 +41,7 @@ _LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 _TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 
 
-class LocalSessionUnavailable(RuntimeError):
+class LocalSessionUnavailable(PySparkReactiveError, RuntimeError):
     """Raised by :func:`local_session` and :func:`local_connect_session` where the pyspark
     imported is Databricks Connect's (the ``databricks-connect`` package), which starts no
     Spark of its own: it connects to Databricks compute only. The message says what to use

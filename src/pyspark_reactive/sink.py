@@ -21,7 +21,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -33,14 +33,30 @@ from reactive_streams import Publisher, Subscriber
 from reactive_streams.runners import ThreadRunner
 from reactive_streams.signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 
-__all__ = ["ELEMENT_TYPES", "AvailableNowWarning", "ForeachBatchPublisher",
-           "SparkConnectNotSupported", "publish"]
+from .errors import PySparkReactiveError
+
+__all__ = [
+    "ELEMENT_TYPES",
+    "AvailableNowWarning",
+    "Element",
+    "ForeachBatchPublisher",
+    "SparkConnectNotSupported",
+    "WhenStalled",
+    "WhenUnsubscribed",
+    "publish",
+]
 
 log = logging.getLogger("pyspark_reactive.sink")
 
-ELEMENT_TYPES = ("row", "dict", "tuple", "arrow")
-WHEN_UNSUBSCRIBED = ("wait", "stop")
-WHEN_STALLED = ("fail", "cancel")
+#: What an element of a published query is (``publish(element=...)``).
+Element = Literal["row", "dict", "tuple", "arrow"]
+#: What a batch does with no subscriber left (``when_unsubscribed=...``).
+WhenUnsubscribed = Literal["wait", "stop"]
+#: What a ``demand_timeout`` does (``when_stalled=...``).
+WhenStalled = Literal["fail", "cancel"]
+ELEMENT_TYPES: tuple[Element, ...] = get_args(Element)
+WHEN_UNSUBSCRIBED: tuple[WhenUnsubscribed, ...] = get_args(WhenUnsubscribed)
+WHEN_STALLED: tuple[WhenStalled, ...] = get_args(WhenStalled)
 # Spark Connect transport (connect_sink.py): the client's heartbeat, and the smallest
 # client_timeout that leaves room for several of them.
 HEARTBEAT_S = 2.0
@@ -66,11 +82,11 @@ CONNECT_MESSAGE = (
     "publisher to subscribe to.")
 
 
-class SparkConnectNotSupported(RuntimeError):
+class SparkConnectNotSupported(PySparkReactiveError, RuntimeError):
     """ForeachBatchPublisher was used with a Spark Connect session."""
 
 
-class AvailableNowWarning(UserWarning):
+class AvailableNowWarning(PySparkReactiveError, UserWarning):
     """:func:`publish` was given ``availableNow`` where Spark runs it as one micro-batch.
 
     Without admission control for Python streaming sources
@@ -81,7 +97,7 @@ class AvailableNowWarning(UserWarning):
     """
 
 
-class _DeliveryAborted(RuntimeError):
+class _DeliveryAborted(PySparkReactiveError, RuntimeError):
     """The batch can no longer be delivered: the stream ended, or nobody is left."""
 
 
@@ -460,9 +476,9 @@ class ForeachBatchPublisher(Publisher[Any]):
     >>> publisher.subscribe(subscriber)                                # doctest: +SKIP
     """
 
-    def __init__(self, element: str = "row", chunk_rows: int = 1024,
-                 when_unsubscribed: str = "wait", demand_timeout: float | None = None,
-                 when_stalled: str = "fail") -> None:
+    def __init__(self, element: Element = "row", chunk_rows: int = 1024,
+                 when_unsubscribed: WhenUnsubscribed = "wait", demand_timeout: float | None = None,
+                 when_stalled: WhenStalled = "fail") -> None:
         if element not in ELEMENT_TYPES:
             raise ValueError(f"ForeachBatchPublisher: element={element!r} is not accepted: "
                              f"one of {', '.join(ELEMENT_TYPES)}")
@@ -1180,9 +1196,9 @@ def _warn_if_single_batch(df: Any, trigger: dict[str, Any] | None) -> None:
         "newer.", AvailableNowWarning, stacklevel=3)
 
 
-def publish(df: DataFrame, *, element: str = "row", chunk_rows: int = 1024,
-            when_unsubscribed: str = "wait", demand_timeout: float | None = None,
-            when_stalled: str = "fail", trigger: dict[str, Any] | None = None,
+def publish(df: DataFrame, *, element: Element = "row", chunk_rows: int = 1024,
+            when_unsubscribed: WhenUnsubscribed = "wait", demand_timeout: float | None = None,
+            when_stalled: WhenStalled = "fail", trigger: dict[str, Any] | None = None,
             client_timeout: float = 120.0, staging: str | None = None,
             **options: Any) -> ForeachBatchPublisher:
     """Start a streaming query whose output is a Publisher.

@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -793,7 +794,7 @@ def _split(table: pa.Table, start: int, count: int | None) -> list[InputPartitio
 
 
 def read_stream(spark: Any, factory: Factory, schema: StructType | str | None = None,
-                **options: Any) -> Any:
+                **options: Any) -> DataFrame:
     """A streaming DataFrame of the publisher that ``factory`` makes.
 
     The factory travels to Spark's source runner with the data source (pickled with

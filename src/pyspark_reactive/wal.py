@@ -39,6 +39,7 @@ import pyarrow.ipc as ipc
 
 from reactive_streams.adapters.urls import redact_url
 
+from .errors import PySparkReactiveError
 from .faults import crash_point
 
 __all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WalMarkDamaged", "WriteAheadLog"]
@@ -80,11 +81,11 @@ class WalEntry:
         return f"{self.start:020d}-{self.end:020d}{checksum}.arrow"
 
 
-class WalLockTimeout(TimeoutError):
+class WalLockTimeout(PySparkReactiveError, TimeoutError):
     """Another query run still holds the log's lock."""
 
 
-class WalDamaged(RuntimeError):
+class WalDamaged(PySparkReactiveError, RuntimeError):
     """A segment under its final name that cannot be read."""
 
     def __init__(self, location: str, entry: WalEntry, cause: BaseException) -> None:
@@ -94,7 +95,7 @@ class WalDamaged(RuntimeError):
             f"[{entry.start}, {entry.end})): {type(cause).__name__}: {cause}")
 
 
-class WalMarkDamaged(RuntimeError):
+class WalMarkDamaged(PySparkReactiveError, RuntimeError):
     """One of the log's own marks (``committed``, ``format``) holds something else than
     this version writes there."""
 

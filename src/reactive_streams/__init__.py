@@ -5,7 +5,9 @@ The four interfaces of the specification (``Publisher``, ``Subscriber``, ``Subsc
 This package never imports pyspark.
 """
 
+from ._version import __version__
 from .api import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
+from .errors import ReactiveStreamsError
 from .processors import MapProcessor
 from .publishers import AsyncIterablePublisher, IterablePublisher, RangePublisher
 from .subscribers import AsyncSubscriber, SyncSubscriber, collect
@@ -19,8 +21,10 @@ __all__ = [
     "Processor",
     "Publisher",
     "RangePublisher",
+    "ReactiveStreamsError",
     "Subscriber",
     "Subscription",
     "SyncSubscriber",
+    "__version__",
     "collect",
 ]

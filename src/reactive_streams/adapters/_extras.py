@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from ..errors import ReactiveStreamsError
+
 __all__ = ["MissingExtraError", "require"]
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(ReactiveStreamsError, ImportError):
     """An adapter's library is not installed; the message names the extra to install."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
 
 from ..api import Publisher, Subscriber, Subscription
+from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
@@ -72,7 +73,7 @@ class MqttMessage:
     timestamp: float = field(compare=False)
 
 
-class MqttError(ConnectionError):
+class MqttError(ReactiveStreamsError, ConnectionError):
     """The broker refused the connection or the subscription, or the connection was lost.
 
     The message names ``host:port`` (and the topic filter for a refused subscription) and
@@ -80,7 +81,7 @@ class MqttError(ConnectionError):
     """
 
 
-class SkipMessage(Exception):
+class SkipMessage(ReactiveStreamsError):
     """Raised by a ``decode`` function to leave a message out instead of failing the stream.
 
     The message is not signalled; a QoS 1 message is acknowledged in its turn (right

@@ -25,6 +25,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from .. import Publisher, Subscriber, Subscription
 from ..api import UNBOUNDED
+from ..errors import ReactiveStreamsError
 from ..runners import LoopRunner, ThreadRunner
 from ..signalling import COMPLETE, Emitter, SerialWorker, Source, Terminal, require_not_none
 from ._extras import require
@@ -185,7 +186,7 @@ def _bearer_token(metadata: bytes) -> bytes | None:
     return None
 
 
-class _FrameTooLong(Exception):
+class _FrameTooLong(ReactiveStreamsError):
     pass
 
 
@@ -468,7 +469,7 @@ class _Guarded:
         return True
 
 
-class RemoteStreamError(ConnectionError):
+class RemoteStreamError(ReactiveStreamsError, ConnectionError):
     """A remote request-stream failed: the server's ERROR frame, a refused or lost
     connection, or a payload that could not be decoded. The message names the server
     (``host:port``) and the route.

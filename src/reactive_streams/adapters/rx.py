@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final, Generic, Literal, TypeVar, get_args
 
+from ..errors import ReactiveStreamsError
 from ._extras import require
 
 require("reactivex", "rx", "reactive_streams.adapters.rx")
@@ -55,7 +56,7 @@ DEFAULT_BUFFER_SIZE: Final[int] = 1024
 DEFAULT_BATCH: Final[int] = 256
 
 
-class BufferOverflowError(RuntimeError):
+class BufferOverflowError(ReactiveStreamsError, RuntimeError):
     """An observable under ``overflow="error"`` emitted more items than the subscriber
     requested plus ``buffer_size``."""
 

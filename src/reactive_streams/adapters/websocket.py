@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from ..api import Publisher, Subscriber
+from ..errors import ReactiveStreamsError
 from ..runners import LoopRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
@@ -287,7 +288,7 @@ def _decoder(format: str, fields: frozenset[str] | None = None) -> Callable[[byt
     return parse
 
 
-class _Redacted(Exception):
+class _Redacted(ReactiveStreamsError):
     """Stands in for a library's error whose text shows credentials of the URL (a redirect
     to it, say): the same traceback, the text without them."""
 

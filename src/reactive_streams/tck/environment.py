@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Generic, NoReturn, TypeVar
 
 from ..api import Publisher, Subscriber, Subscription
+from ..errors import ReactiveStreamsError
 
 __all__ = [
     "DEFAULT_TIMEOUT_MILLIS",
@@ -61,14 +62,14 @@ class _EndOfStream:
 END_OF_STREAM: Final = _EndOfStream()
 
 
-class TCKTestError(Exception):
+class TCKTestError(ReactiveStreamsError):
     """The error the TCK's planted failures signal: ``Test Exception: Boom!``."""
 
     def __init__(self, message: str = "Test Exception: Boom!") -> None:
         super().__init__(message)
 
 
-class SubscriberBufferOverflowError(AssertionError):
+class SubscriberBufferOverflowError(ReactiveStreamsError, AssertionError):
     """A TCK subscriber received more unconsumed elements than it can hold."""
 
 
