@@ -29,6 +29,7 @@ micro-batch, which an explicit ``availableNowMaxRecords`` sizes.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from typing import Any
 from reactive_streams.signalling import COMPLETE
 
 from .errors import PySparkReactiveError
+from .progress import source_completed
 from .sink import (
     MIN_CLIENT_TIMEOUT_S,
     Element,
@@ -219,23 +221,12 @@ def _run_report(query: Any) -> tuple[int, bool]:
     for progress in query.recentProgress or []:
         report = progress if isinstance(progress, dict) else getattr(progress, "json", None)
         if callable(report):
-            import json
-
             report = json.loads(report())
         if not isinstance(report, dict):
             continue
         read += int(report.get("numInputRows") or 0)
-        for source in report.get("sources") or []:
-            latest = source.get("latestOffset")
-            if isinstance(latest, str):
-                import json
-
-                try:
-                    latest = json.loads(latest)
-                except ValueError:
-                    latest = None
-            if isinstance(latest, dict) and latest.get("complete") is True:
-                complete = True
+        complete = complete or any(source_completed(source.get("latestOffset"))
+                                   for source in report.get("sources") or [])
     return read, complete
 
 

@@ -16,7 +16,7 @@ import ast
 import json
 from typing import Any
 
-__all__ = ["source_offset"]
+__all__ = ["source_completed", "source_offset"]
 
 
 def source_offset(value: Any) -> int | None:
@@ -55,6 +55,28 @@ def source_offset(value: Any) -> int | None:
     ...     start = source_offset(source.startOffset) or 0
     ...     print(p.batchId, start, source_offset(source.endOffset))
     """
+    fields = _fields(value)
+    offset = None if fields is None else fields.get("offset")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        return None
+    return offset
+
+
+def source_completed(value: Any) -> bool:
+    """Whether a ``reactive`` source's ``latestOffset`` (in any form :func:`source_offset`
+    reads) says that its publisher completed and everything it sent was taken (Spark 4.2+
+    reports ``latestOffset``; :func:`~pyspark_reactive.publish_on_demand` ends on it).
+
+    >>> from pyspark_reactive.progress import source_completed
+    >>> source_completed('{"offset": 50, "complete": true}'), source_completed("{'offset': 50}")
+    (True, False)
+    """
+    fields = _fields(value)
+    return fields is not None and fields.get("complete") is True
+
+
+def _fields(value: Any) -> dict[str, Any] | None:
+    """An offset as a dict, from any of its forms; ``None`` for no offset or another form."""
     if isinstance(value, str):
         text = value.strip()
         if not text or text == "None":
@@ -66,9 +88,4 @@ def source_offset(value: Any) -> int | None:
                 value = ast.literal_eval(text)  # literals only: no code runs
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 return None
-    if not isinstance(value, dict):
-        return None
-    offset = value.get("offset")
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        return None
-    return offset
+    return value if isinstance(value, dict) else None

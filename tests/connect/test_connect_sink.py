@@ -15,7 +15,7 @@ import streaming
 from polling import wait_until
 from pyspark.sql import SparkSession
 from spark_publishers import Recording
-from test_sink import Checked
+from test_sink import EVERY_KIND, PLAIN, Checked
 from test_sink_faults import (
     ROWS,
     Stalls,
@@ -252,14 +252,7 @@ def test_every_type_arrives_through_the_staging_table(spark: SparkSession,
     # on Databricks): each kind of column arrives as Spark reads it back, as rows and as
     # Arrow batches.
     source = tmp_path / "in"
-    (spark.range(0, 300, 1, 2).selectExpr(
-        "id", "IF(id % 7 = 0, NULL, CAST(id AS STRING)) AS text", "id / 3 AS ratio",
-        "id % 2 = 0 AS even", "TIMESTAMP'2024-03-01 12:00:00' + make_interval(0,0,0,0,0,0,id)"
-        " AS at", "CAST(TIMESTAMP'2024-03-01 12:00:00' AS TIMESTAMP_NTZ) AS local_at",
-        "DATE'2024-03-01' + CAST(id AS INT) AS day", "CAST(id AS DECIMAL(20, 3)) AS amount",
-        "CAST(CAST(id AS STRING) AS BINARY) AS bytes", "array(id, id + 1) AS pair",
-        "map('k', id) AS m", "named_struct('a', id, 'b', array(map(1, 'one'))) AS nested",
-        "INTERVAL '1' DAY * id AS span")
+    (spark.range(0, 300, 1, 2).selectExpr(*EVERY_KIND)
      .write.parquet(str(source)))
     reference = spark.read.parquet(str(source))
     expected = reference.orderBy("id").collect()
@@ -277,10 +270,8 @@ def test_every_type_arrives_through_the_staging_table(spark: SparkSession,
     rows = sorted(got["row"], key=lambda row: row.id)
     # As in classic mode: Spark's collect() agrees on the plain columns, a timestamp comes
     # as an aware datetime in UTC (the session's time zone here), maps as dicts.
-    plain = ["id", "text", "ratio", "even", "local_at", "day", "amount", "bytes", "pair",
-             "span"]
-    assert [[row[name] for name in plain] for row in rows] == [
-        [row[name] for name in plain] for row in expected]
+    assert [[row[name] for name in PLAIN] for row in rows] == [
+        [row[name] for name in PLAIN] for row in expected]
     assert [row.at.replace(tzinfo=None) for row in rows] == [row.at for row in expected]
     assert all(row.at.utcoffset() is not None for row in rows)
     assert isinstance(rows[3].m, dict) and rows[1].nested["b"] == [{1: "one"}]

@@ -37,8 +37,10 @@ if str(HERE) not in sys.path:
 from local_server import (  # noqa: E402
     HELPERS,
     LocalConnectServer,
+    add_server_log,
     databricks_client_environment,
     server_python,
+    serving,
 )
 
 # Helpers of the other test folders that these tests import (see local_server.HELPERS).
@@ -46,22 +48,13 @@ for folder in HELPERS:
     if folder not in sys.path:
         sys.path.insert(0, folder)
 
-# The server of this session while it runs, for the reports of failed tests.
-_RUNNING: list[LocalConnectServer] = []
-
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConnectServer]:
     """A local OSS Spark Connect server (its own process), ended at the session's end."""
     logs = tmp_path_factory.mktemp("connect-server")
-    server = LocalConnectServer(server_python(), logs, python_path=HELPERS)
-    print(f"Spark Connect server's log: {server.log}")
-    with server:
-        _RUNNING.append(server)
-        try:
-            yield server
-        finally:
-            _RUNNING.remove(server)
+    with serving(LocalConnectServer(server_python(), logs, python_path=HELPERS)) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +86,4 @@ def spark(databricks_remote: str) -> Iterator[Any]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test's report ends with the Connect server's latest log lines."""
     outcome = yield
-    report = outcome.get_result()
-    if report.failed and _RUNNING:
-        report.sections.append(("Spark Connect server", _RUNNING[0].log_tail()))
+    add_server_log(outcome.get_result())

@@ -24,9 +24,11 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import psutil
 from polling import wait_until  # tests/peers: on the path through tests/conftest.py
@@ -238,3 +240,25 @@ class LocalConnectServer:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.stop()
+
+
+# The servers of this pytest session while they run, for the reports of failed tests.
+RUNNING: list[LocalConnectServer] = []
+
+
+@contextmanager
+def serving(server: LocalConnectServer) -> Iterator[LocalConnectServer]:
+    """Start ``server``, keep it in :data:`RUNNING` while it serves, and stop it."""
+    print(f"Spark Connect server's log: {server.log}")
+    with server:
+        RUNNING.append(server)
+        try:
+            yield server
+        finally:
+            RUNNING.remove(server)
+
+
+def add_server_log(report: Any) -> None:
+    """End a failed test's report with the running server's latest log lines."""
+    if report.failed and RUNNING:
+        report.sections.append(("Spark Connect server", RUNNING[0].log_tail()))

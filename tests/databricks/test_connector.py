@@ -134,15 +134,21 @@ def test_foreach_writer_feeds_subscribers_in_the_servers_workers(
         watch.wait_rows(query, 1500, TIMEOUT_S)
     finally:
         query.stop()
-    written = reports(tmp_path)
+    check_served_on_the_server(tmp_path, connect_server, 1500)
+
+
+def check_served_on_the_server(folder: Path, server: LocalConnectServer, rows: int) -> None:
+    """The foreach writer's subscribers (their reports in ``folder``): at least three
+    partitions, each completed without a violation, every value of ``range(rows)`` once,
+    and each subscriber in a Python worker of the server's, not in this client."""
+    written = reports(folder)
     assert len(written) >= 3 and all(
         r["error"] is None and r["completed"] and not r["violations"] for r in written), written
-    assert sorted(v for r in written for v in r["values"]) == list(range(1500))
-    # Each subscriber lived in a Python worker of the server's, not in this client.
-    assert connect_server.process is not None
+    assert sorted(v for r in written for v in r["values"]) == list(range(rows))
+    assert server.process is not None
     for report in written:
         assert report["pid"] != os.getpid()
-        assert connect_server.process.pid in report["ancestry"], report["ancestry"]
+        assert server.process.pid in report["ancestry"], report["ancestry"]
 
 
 _TOKENLESS = """

@@ -438,6 +438,21 @@ def test_client_timeout_is_checked_before_the_query_starts(spark: SparkSession,
         publish(spark.range(1), client_timeout=value)
 
 
+# A column of each kind Spark has, over ``id``: for spark.range(...).selectExpr(*EVERY_KIND).
+EVERY_KIND = (
+    "id", "IF(id % 7 = 0, NULL, CAST(id AS STRING)) AS text", "id / 3 AS ratio",
+    "id % 2 = 0 AS even", "TIMESTAMP'2024-03-01 12:00:00' + make_interval(0,0,0,0,0,0,id)"
+    " AS at", "CAST(TIMESTAMP'2024-03-01 12:00:00' AS TIMESTAMP_NTZ) AS local_at",
+    "DATE'2024-03-01' + CAST(id AS INT) AS day", "CAST(id AS DECIMAL(20, 3)) AS amount",
+    "CAST(CAST(id AS STRING) AS BINARY) AS bytes", "array(id, id + 1) AS pair",
+    "map('k', id) AS m", "named_struct('a', id, 'b', array(map(1, 'one'))) AS nested",
+    "INTERVAL '1' DAY * id AS span",
+)
+# Those whose values an element and Spark's collect() give alike (not a timestamp with a
+# time zone, a map or a struct holding one).
+PLAIN = ("id", "text", "ratio", "even", "local_at", "day", "amount", "bytes", "pair", "span")
+
+
 @pytest.mark.spark_lines
 def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession) -> None:
     # The batch comes to the driver as the JVM's own Arrow batches, read with the JVM's
@@ -445,14 +460,7 @@ def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession)
     # IPC, kept for a Spark without toArrowBatchRdd) is the reference for every type.
     from pyspark_reactive.sink import _arrow_batches, _arrow_batches_through_python
 
-    batch = spark.range(0, 600, numPartitions=2).selectExpr(
-        "id", "IF(id % 7 = 0, NULL, CAST(id AS STRING)) AS text", "id / 3 AS ratio",
-        "id % 2 = 0 AS even", "TIMESTAMP'2024-03-01 12:00:00' + make_interval(0,0,0,0,0,0,id)"
-        " AS at", "CAST(TIMESTAMP'2024-03-01 12:00:00' AS TIMESTAMP_NTZ) AS local_at",
-        "DATE'2024-03-01' + CAST(id AS INT) AS day", "CAST(id AS DECIMAL(20, 3)) AS amount",
-        "CAST(CAST(id AS STRING) AS BINARY) AS bytes", "array(id, id + 1) AS pair",
-        "map('k', id) AS m", "named_struct('a', id, 'b', array(map(1, 'one'))) AS nested",
-        "INTERVAL '1' DAY * id AS span")
+    batch = spark.range(0, 600, numPartitions=2).selectExpr(*EVERY_KIND)
     reference = list(_arrow_batches_through_python(batch))
     fetched = list(_arrow_batches(batch, {}))
     assert pa.Table.from_batches(fetched).equals(pa.Table.from_batches(reference))
@@ -471,10 +479,8 @@ def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession)
     assert [tuple(row) for row in got["row"]] == got["tuple"]
     assert [row.asDict() for row in got["row"]] == got["dict"]
     # Spark's own collect() agrees on the values of the plain columns, and maps are dicts.
-    plain = ["id", "text", "ratio", "even", "local_at", "day", "amount", "bytes", "pair",
-             "span"]
-    assert [[row[name] for name in plain] for row in got["row"]] == [
-        [row[name] for name in plain] for row in batch.orderBy("id").collect()]
+    assert [[row[name] for name in PLAIN] for row in got["row"]] == [
+        [row[name] for name in PLAIN] for row in batch.orderBy("id").collect()]
     assert got["dict"][3]["m"] == {"k": 3} and got["row"][1].nested["b"] == [{1: "one"}]
 
 

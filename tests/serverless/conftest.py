@@ -62,8 +62,10 @@ if _HAS_DATABRICKS_CONNECT:
     from local_server import (
         HELPERS,
         LocalConnectServer,
+        add_server_log,
         databricks_client_environment,
         server_python,
+        serving,
     )
 
     for folder in HELPERS:
@@ -76,9 +78,6 @@ if _HAS_DATABRICKS_CONNECT:
 
     # Everything the fixtures need is imported: from here on this process is guarded.
     serverless_guard.activate()
-
-# The server of this session while it runs, for the reports of failed tests.
-_RUNNING: list[Any] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -102,13 +101,8 @@ def serverless_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loca
     server = LocalConnectServer(server_python(), logs,
                                 python_path=[str(GUARD_DIR), *HELPERS],
                                 environment={serverless_guard.VARIABLE: "1"})
-    print(f"Spark Connect server's log: {server.log}")
-    with server:
-        _RUNNING.append(server)
-        try:
-            yield server
-        finally:
-            _RUNNING.remove(server)
+    with serving(server):
+        yield server
 
 
 @pytest.fixture(scope="session")
@@ -151,6 +145,4 @@ def spark(serverless_remote: str) -> Iterator[Any]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test's report ends with the Connect server's latest log lines."""
     outcome = yield
-    report = outcome.get_result()
-    if report.failed and _RUNNING:
-        report.sections.append(("Spark Connect server", _RUNNING[0].log_tail()))
+    add_server_log(outcome.get_result())

@@ -26,7 +26,7 @@ from polling import wait_until
 from serverless_guard import guarded_environment
 from spark_publishers import Recording
 from test_connect_sink import Holding, reactive
-from test_connector import reports
+from test_connector import check_served_on_the_server
 from test_sink import Checked
 
 from pyspark_reactive import SubscriberForeachWriter, connect_sink, publish, read_stream
@@ -86,13 +86,7 @@ def test_foreach_writer_feeds_subscribers_in_the_servers_workers(
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     query.awaitTermination(TIMEOUT_S)
     assert not query.isActive and query.exception() is None, query.exception()
-    written = reports(tmp_path)
-    assert len(written) >= 3 and all(
-        r["error"] is None and r["completed"] and not r["violations"] for r in written), written
-    assert sorted(v for r in written for v in r["values"]) == list(range(1500))
-    assert connect_server.process is not None
-    for report in written:
-        assert connect_server.process.pid in report["ancestry"], report["ancestry"]
+    check_served_on_the_server(tmp_path, connect_server, 1500)
 
 
 def files(spark: Any, folder: Path, count: int, per_file: int) -> Any:
