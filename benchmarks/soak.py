@@ -187,6 +187,7 @@ def run_soak(spark: Any, minutes: float, *, max_records: int = 200_000,
     from pyspark.sql import functions as F
 
     from pyspark_reactive import publish
+    from pyspark_reactive.wal import WriteAheadLog
 
     driver_pid = os.getpid()
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
@@ -243,6 +244,11 @@ def run_soak(spark: Any, minutes: float, *, max_records: int = 200_000,
         finally:
             publisher.query.stop()
             counter.wait(60)
+            # stop() returns before the source's runner has kept its buffered rows in the
+            # log; the scratch directory may go only once the runner let go of the log.
+            held = WriteAheadLog(os.path.join(scratch, "wal"))
+            held.lock(timeout=60)
+            held.unlock()
         log.seek(0)
         samples = [json.loads(line) for line in log]
     origin = first_row if first_row is not None else started
