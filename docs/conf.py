@@ -13,7 +13,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "_ext"))
 
-import pyspark_reactive  # noqa: E402 - after the path
+from importlib.metadata import version as _distribution_version  # noqa: E402
 
 # The tutorials are the repository's notebooks/, copied beside their page at each build
 # (a symbolic link would resolve their links to each other outside the site).
@@ -25,7 +25,7 @@ for _name in sorted(os.listdir(NOTEBOOKS)):
 project = "pyspark-reactive"
 author = "The pyspark-reactive authors"
 copyright = "2026, the pyspark-reactive authors"
-release = pyspark_reactive.__version__
+release = _distribution_version("pyspark-reactive")
 version = ".".join(release.split(".")[:2])
 
 extensions = [
