@@ -136,7 +136,7 @@ def _page_setup(namespace: dict[str, Any]) -> None:
 if Sybil is not None:
     pytest_collect_file = Sybil(
         parsers=[ExampleParser()],
-        patterns=["README.md", "docs/**/*.md"],
+        patterns=["README.md", "docs/*.md", "docs/**/*.md"],
         excludes=["docs/_build/**"],
         path=".",
         fixtures=["docs_spark"],
