@@ -118,7 +118,7 @@ def watch_batches(subscriber: Timed, ready: dict[int, float] | None) -> None:
     """Note each batch's beginning for ``subscriber`` and, when ``ready`` is given (classic),
     the entry time of the ``foreachBatch`` function, by wrapping the publisher's methods
     in this process."""
-    from pyspark_reactive.sink import ForeachBatchPublisher
+    from pyspark_reactive import ForeachBatchPublisher
 
     begin = ForeachBatchPublisher._begin
 

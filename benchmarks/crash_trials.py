@@ -7,7 +7,7 @@ pipeline publisher -> ``spark.readStream.format("reactive")`` with ``walLocation
 parquet sink with a checkpoint, and end each run with SIGKILL at a seeded random moment:
 after a random delay from the run's first batch (between or during micro-batches), or at
 a fault point of
-``pyspark_reactive.faults`` (``latest``: in ``latestOffset``; ``read``: in a task's
+``pyspark_reactive._testing.faults`` (``latest``: in ``latestOffset``; ``read``: in a task's
 ``read()``; ``wal-write``: halfway through a log write) at its n-th hit. Each kill takes
 the child's whole process group and every other process of the run (Spark's Python daemon
 puts its workers in a group of their own; they are found by an environment variable each
@@ -78,7 +78,7 @@ CRASH_LOG = "PYSPARK_REACTIVE_CRASH_LOG"
 
 def _default_wal_sync_ms() -> int:
     try:
-        from pyspark_reactive.options import DEFAULT_WAL_SYNC_MS
+        from pyspark_reactive.source.options import DEFAULT_WAL_SYNC_MS
     except ImportError:  # a version before the log was durable on arrival
         return 50
     return int(DEFAULT_WAL_SYNC_MS)

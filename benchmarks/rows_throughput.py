@@ -59,7 +59,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pyspark_reactive.rows import RowConverter, arrow_schema
+from pyspark_reactive.source.rows import RowConverter, arrow_schema
 from report import Figure, write  # this folder is on sys.path when run as a script
 
 SCHEMA = StructType([

@@ -187,7 +187,7 @@ def run_soak(spark: Any, minutes: float, *, max_records: int = 200_000,
     from pyspark.sql import functions as F
 
     from pyspark_reactive import publish
-    from pyspark_reactive.wal import WriteAheadLog
+    from pyspark_reactive.source.wal import WriteAheadLog
 
     driver_pid = os.getpid()
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())

@@ -177,7 +177,7 @@ class ExecutorConvertingReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 for i in range(0, len(records), step)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from pyspark_reactive.rows import RowConverter
+        from pyspark_reactive.source.rows import RowConverter
 
         assert isinstance(partition, RawPartition)
         batch, error = RowConverter(self.spark_schema).convert(

@@ -9,6 +9,13 @@ Out: :func:`publish` and :class:`ForeachBatchPublisher` make a query's output a 
 :func:`serve_publisher` a query's output to remote clients, over RSocket (extra
 ``rsocket``, imported when called). :func:`arrow_batches` declares a publisher of
 ``pyarrow.RecordBatch`` elements, which the source takes whole.
+
+The sub-packages follow a row's way through Spark: :mod:`~pyspark_reactive.publishers`
+(what a source can name, and publishers served across processes) feed
+:mod:`~pyspark_reactive.source` (the ``reactive`` data source: demand, rows, the
+write-ahead log), and :mod:`~pyspark_reactive.sink` makes a query's output a Publisher
+again. Spark finds ``DefaultSource`` as an attribute of this package (a top-level module
+named ``pyspark_*``), so it is imported here.
 """
 
 def _require_pyspark() -> None:
@@ -42,20 +49,16 @@ _require_pyspark()
 
 from reactive_streams._version import __version__  # noqa: E402 - after the check
 
-from .arrow_elements import arrow_batches  # noqa: E402 - after the check, which says why
-from .errors import PySparkReactiveError  # noqa: E402
-from .foreach_writer import SubscriberForeachWriter  # noqa: E402
-from .on_demand import OnDemandPublisher, publish_on_demand  # noqa: E402
-from .options import OptionError  # noqa: E402
-from .remote import expose, serve_publisher  # noqa: E402
+from .errors import PySparkReactiveError  # noqa: E402 - after the check, which says why
+from .publishers.remote import expose, serve_publisher  # noqa: E402
 from .session import local_session  # noqa: E402
-from .sink import (  # noqa: E402
-    AvailableNowWarning,
-    ForeachBatchPublisher,
-    SparkConnectNotSupported,
-    publish,
-)
-from .source import DefaultSource, read_stream  # noqa: E402
+from .sink.foreach_writer import SubscriberForeachWriter  # noqa: E402
+from .sink.on_demand import OnDemandPublisher, publish_on_demand  # noqa: E402
+from .sink.publish import AvailableNowWarning, publish  # noqa: E402
+from .sink.publisher import ForeachBatchPublisher, SparkConnectNotSupported  # noqa: E402
+from .source.arrow_elements import arrow_batches  # noqa: E402
+from .source.options import OptionError  # noqa: E402
+from .source.reader import DefaultSource, read_stream  # noqa: E402
 
 __all__ = [
     "AvailableNowWarning",

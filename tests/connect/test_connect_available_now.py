@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from test_available_now_lines import Collect
 
 from pyspark_reactive import AvailableNowWarning, publish
-from pyspark_reactive.source import ADMISSION_CONTROL
+from pyspark_reactive.source.admission import ADMISSION_CONTROL
 
 pytestmark = pytest.mark.spark_lines
 

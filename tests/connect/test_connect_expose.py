@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 from rsocket_peer import RecordingRange
 from test_connect_source import run_to_end
 
-from pyspark_reactive.remote import expose
+from pyspark_reactive.publishers.remote import expose
 
 
 def test_live_publisher_of_the_client_feeds_a_query(spark: SparkSession,

@@ -8,7 +8,7 @@ from pathlib import Path
 from on_demand_rounds import run_rounds
 from pyspark.sql import SparkSession
 
-from pyspark_reactive import connect_sink
+from pyspark_reactive.sink import connect as connect_sink
 
 
 # Not among the spark_lines tests: on 4.0 tests/serverless runs it through Databricks

@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession
 from test_connect_sink import UNTIL_DRAINED, Holding, reactive, stop_when_delivered
 from test_sink import Checked
 
-from pyspark_reactive import connect_sink, publish
+from pyspark_reactive import publish
+from pyspark_reactive.sink import connect as connect_sink
 
 PREFIX = connect_sink.PREFIX
 

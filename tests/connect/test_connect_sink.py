@@ -25,7 +25,8 @@ from test_sink_faults import (
     numbers,
 )
 
-from pyspark_reactive import ForeachBatchPublisher, connect_sink, publish
+from pyspark_reactive import ForeachBatchPublisher, publish
+from pyspark_reactive.sink import connect as connect_sink
 
 #: The trigger that ends a query by itself once its finite publisher is drained. Without
 #: admission control for Python sources (Spark 4.0/4.1) ``availableNow`` runs a single

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from pyspark_reactive.progress import source_offset
-from pyspark_reactive.source import ADMISSION_CONTROL
+from pyspark_reactive.source.admission import ADMISSION_CONTROL
 
 # ADMISSION_CONTROL: whether this pyspark has admission control for Python streaming
 # sources (``pyspark.sql.streaming.datasource``: Spark 4.2+), told by the API as the

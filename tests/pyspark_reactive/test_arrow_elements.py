@@ -22,11 +22,11 @@ from streaming import ProgressWatch
 from test_source import queries, watch
 
 from pyspark_reactive import read_stream
-from pyspark_reactive.arrow_elements import ArrowElementError, ArrowElements, arrow_batches
-from pyspark_reactive.demand_buffer import DemandBuffer
-from pyspark_reactive.intake import Intake
-from pyspark_reactive.rows import RowConverter, arrow_schema
-from pyspark_reactive.source import ADMISSION_CONTROL
+from pyspark_reactive.source.admission import ADMISSION_CONTROL
+from pyspark_reactive.source.arrow_elements import ArrowElementError, ArrowElements, arrow_batches
+from pyspark_reactive.source.demand_buffer import DemandBuffer
+from pyspark_reactive.source.intake import Intake
+from pyspark_reactive.source.rows import RowConverter, arrow_schema
 from reactive_streams import IterablePublisher, Publisher, Subscription
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source.py

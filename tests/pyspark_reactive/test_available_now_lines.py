@@ -29,8 +29,8 @@ from test_source import queries, to_memory, watch
 from test_source import reactive as _reactive
 
 from pyspark_reactive import AvailableNowWarning, publish
-from pyspark_reactive.source import ADMISSION_CONTROL
-from pyspark_reactive.wal import WriteAheadLog
+from pyspark_reactive.source.admission import ADMISSION_CONTROL
+from pyspark_reactive.source.wal import WriteAheadLog
 from reactive_streams import Subscriber, Subscription
 
 pytestmark = pytest.mark.spark_lines
@@ -200,7 +200,7 @@ def test_the_demand_window_of_a_first_batch_gives_way_to_max_records(tmp_path: P
     # What the source does with a first batch sized by availableNowMaxRecords (no Spark).
     from spark_publishers import RecordingPublisher
 
-    from pyspark_reactive.demand_buffer import DemandBuffer
+    from pyspark_reactive.source.demand_buffer import DemandBuffer
     from reactive_streams import RangePublisher
 
     record = str(tmp_path / "requests.jsonl")
@@ -221,7 +221,7 @@ def test_the_demand_window_of_a_first_batch_gives_way_to_max_records(tmp_path: P
 def test_a_smaller_window_is_reached_as_elements_are_taken(tmp_path: Path) -> None:
     from spark_publishers import RecordingPublisher
 
-    from pyspark_reactive.demand_buffer import DemandBuffer
+    from pyspark_reactive.source.demand_buffer import DemandBuffer
     from reactive_streams import RangePublisher
 
     record = str(tmp_path / "requests.jsonl")

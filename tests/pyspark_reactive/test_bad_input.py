@@ -37,7 +37,7 @@ from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive import DefaultSource, read_stream
-from pyspark_reactive.options import (
+from pyspark_reactive.source.options import (
     DEFAULT_SUBSCRIBE_TIMEOUT_MS,
     DEFAULT_WAL_SYNC_MS,
     DEFAULT_WAL_SYNC_ROWS,
@@ -48,7 +48,7 @@ from pyspark_reactive.options import (
     resolve_factory,
     warn_unknown_options,
 )
-from pyspark_reactive.rows import RowConversionError, RowConverter
+from pyspark_reactive.source.rows import RowConversionError, RowConverter
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source.py
 

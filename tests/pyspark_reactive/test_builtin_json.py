@@ -16,9 +16,9 @@ from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 from websocket_server import WebSocketServer
 
-from pyspark_reactive.builtin_mqtt import mqtt_publisher
-from pyspark_reactive.builtin_rsocket import rsocket_publisher
-from pyspark_reactive.durability import FactoryOptions
+from pyspark_reactive.publishers.mqtt import mqtt_publisher
+from pyspark_reactive.publishers.rsocket import rsocket_publisher
+from pyspark_reactive.source.durability import FactoryOptions
 from reactive_streams.adapters.mqtt import MqttMessage
 
 __all__ = ["queries", "watch"]  # fixtures of test_source, used here

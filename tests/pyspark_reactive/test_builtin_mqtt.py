@@ -25,15 +25,15 @@ from pyspark.sql.streaming import StreamingQuery
 from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
-from pyspark_reactive.builtin_mqtt import (
+from pyspark_reactive.publishers.mqtt import (
     _FAIL_HINT,
     MESSAGE_SCHEMA,
     _parse_json,
     default_schema,
     mqtt_publisher,
 )
-from pyspark_reactive.options import OptionError
-from pyspark_reactive.rows import Undecodable
+from pyspark_reactive.source.options import OptionError
+from pyspark_reactive.source.rows import Undecodable
 from reactive_streams import collect
 from reactive_streams.adapters.mqtt import MqttMessage, MqttPublisher
 

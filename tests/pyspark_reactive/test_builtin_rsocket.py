@@ -15,8 +15,8 @@ from rsocket_peer import CountingServer
 from streaming import UNTIL_DRAINED, ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
-from pyspark_reactive.builtin_rsocket import rsocket_publisher
-from pyspark_reactive.options import OptionError
+from pyspark_reactive.publishers.rsocket import rsocket_publisher
+from pyspark_reactive.source.options import OptionError
 from reactive_streams import IterablePublisher, collect
 from reactive_streams.adapters.rsocket import RemoteStreamError, serve
 

@@ -18,8 +18,8 @@ from streaming import UNTIL_DRAINED, ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 from websocket_server import WebSocketServer, held_beyond_demand, text_message
 
-from pyspark_reactive.builtin_websocket import default_schema, websocket_publisher
-from pyspark_reactive.options import OptionError
+from pyspark_reactive.publishers.websocket import default_schema, websocket_publisher
+from pyspark_reactive.source.options import OptionError
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from spark_publishers import Recording, RecordingPublisher
 
-from pyspark_reactive.arrow_elements import arrow_batches
-from pyspark_reactive.demand_buffer import DemandBuffer, PublisherError
+from pyspark_reactive.source.arrow_elements import arrow_batches
+from pyspark_reactive.source.demand_buffer import DemandBuffer, PublisherError
 from reactive_streams import IterablePublisher, RangePublisher, Subscriber, Subscription
 from reactive_streams.tck.subscriber_blackbox import SubscriberBlackboxVerification
 

@@ -25,9 +25,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from pyspark_reactive.options import parse_source_options
-from pyspark_reactive.source import ArrowPartition, ReactiveStreamReader
-from pyspark_reactive.wal import WalEntry, WriteAheadLog
+from pyspark_reactive.source.options import parse_source_options
+from pyspark_reactive.source.reader import ArrowPartition, ReactiveStreamReader
+from pyspark_reactive.source.wal import WalEntry, WriteAheadLog
 from reactive_streams import Publisher, RangePublisher, Subscriber
 
 # Also runs on every older Spark line (./dev test): the write-ahead log's durability.
@@ -102,8 +102,8 @@ def test_rows_reach_the_log_as_they_arrive_each_once(readers: Any, tmp_path: Pat
 _KILLED_WHILE_ARRIVING = """
 import itertools, os, signal, sys, time
 from pyspark.sql.types import LongType, StructField, StructType
-from pyspark_reactive.options import parse_source_options
-from pyspark_reactive.source import ReactiveStreamReader
+from pyspark_reactive.source.options import parse_source_options
+from pyspark_reactive.source.reader import ReactiveStreamReader
 from reactive_streams.publishers import IterablePublisher
 
 wal, record, killed = sys.argv[1:4]
@@ -153,9 +153,9 @@ def test_a_hard_kill_loses_only_what_arrived_in_the_last_sync_interval(tmp_path:
 _RANGE_RUN = """
 import os, signal, sys, time
 from pyspark.sql.types import LongType, StructField, StructType
-from pyspark_reactive.options import parse_source_options
-from pyspark_reactive.source import ReactiveStreamReader
-from pyspark_reactive.wal import WalEntry, WriteAheadLog
+from pyspark_reactive.source.options import parse_source_options
+from pyspark_reactive.source.reader import ReactiveStreamReader
+from pyspark_reactive.source.wal import WalEntry, WriteAheadLog
 
 wal, phase = sys.argv[1], sys.argv[2]
 options = parse_source_options({"publisher": "range", "maxRecordsPerTrigger": "100",

@@ -25,8 +25,8 @@ from streaming import UNTIL_DRAINED, ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive import publish
-from pyspark_reactive.builtin_rsocket import rsocket_publisher
-from pyspark_reactive.remote import expose, serve_publisher, to_json
+from pyspark_reactive.publishers.remote import expose, serve_publisher, to_json
+from pyspark_reactive.publishers.rsocket import rsocket_publisher
 from reactive_streams import collect
 from reactive_streams.adapters.rsocket import RemoteStreamError, RSocketPublisher
 

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_reactive import SubscriberForeachWriter
-from pyspark_reactive.foreach_writer import TaskGone, _TaskLink, _TaskSubscription
+from pyspark_reactive.sink.foreach_writer import TaskGone, _TaskLink, _TaskSubscription
 from reactive_streams import Subscriber, SyncSubscriber
 
 

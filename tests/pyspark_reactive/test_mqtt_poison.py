@@ -24,9 +24,9 @@ from streaming import ProgressWatch
 from test_builtin_mqtt import _first_messages, broker
 from test_source import queries, reactive, to_memory, watch
 
-from pyspark_reactive.demand_buffer import DemandBuffer
-from pyspark_reactive.intake import Intake
-from pyspark_reactive.rows import RowConverter, Undecodable, arrow_schema
+from pyspark_reactive.source.demand_buffer import DemandBuffer
+from pyspark_reactive.source.intake import Intake
+from pyspark_reactive.source.rows import RowConverter, Undecodable, arrow_schema
 from reactive_streams import IterablePublisher
 
 __all__ = ["broker", "queries", "watch"]  # fixtures shared with other test modules

@@ -10,7 +10,7 @@ from polling import wait_until
 from pyspark.sql import SparkSession
 
 from pyspark_reactive import publish_on_demand
-from pyspark_reactive.source import ADMISSION_CONTROL
+from pyspark_reactive.source.admission import ADMISSION_CONTROL
 
 
 @pytest.mark.spark_lines

@@ -13,8 +13,8 @@ from polling import wait_until
 from rsocket_peer import UNBOUNDED_REQUEST_N, PlainClient
 from rsocket_raw import PAYLOAD, RawPeer, request_stream, setup
 
-from pyspark_reactive.remote import serve_publisher
-from pyspark_reactive.sink import ForeachBatchPublisher
+from pyspark_reactive import ForeachBatchPublisher
+from pyspark_reactive.publishers.remote import serve_publisher
 
 ROWS, READ = 20_000, 10
 

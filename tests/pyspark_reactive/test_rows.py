@@ -42,8 +42,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pyspark_reactive import rows as rows_module
-from pyspark_reactive.rows import RowConversionError, RowConverter, arrow_schema
+from pyspark_reactive.source import rows as rows_module
+from pyspark_reactive.source.rows import RowConversionError, RowConverter, arrow_schema
 
 # Also runs on every older Spark line (./dev test): rows to Arrow, by the line's own converters.
 pytestmark = pytest.mark.spark_lines

@@ -29,8 +29,8 @@ from streaming import ProgressWatch
 from test_source import queries, reactive, to_memory, watch
 from websocket_server import WebSocketServer, text_message
 
-from pyspark_reactive.builtin_websocket import websocket_publisher
-from pyspark_reactive.options import (
+from pyspark_reactive.publishers.websocket import websocket_publisher
+from pyspark_reactive.source.options import (
     PUBLISHER_MODULES_ENV,
     OptionError,
     check_wal_location,
@@ -38,8 +38,8 @@ from pyspark_reactive.options import (
     parse_source_options,
     resolve_factory,
 )
-from pyspark_reactive.source import ReactiveStreamReader
-from pyspark_reactive.wal import WriteAheadLog
+from pyspark_reactive.source.reader import ReactiveStreamReader
+from pyspark_reactive.source.wal import WriteAheadLog
 from reactive_streams import collect
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source

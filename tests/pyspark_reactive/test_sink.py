@@ -458,11 +458,11 @@ def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession)
     # The batch comes to the driver as the JVM's own Arrow batches, read with the JVM's
     # Arrow schema; the way through mapInArrow (a Python worker writing each batch as
     # IPC, kept for a Spark without toArrowBatchRdd) is the reference for every type.
-    from pyspark_reactive.sink import _arrow_batches, _arrow_batches_through_python
+    from pyspark_reactive.sink.fetch import fetch_arrow, fetch_arrow_through_python
 
     batch = spark.range(0, 600, numPartitions=2).selectExpr(*EVERY_KIND)
-    reference = list(_arrow_batches_through_python(batch))
-    fetched = list(_arrow_batches(batch, {}))
+    reference = list(fetch_arrow_through_python(batch))
+    fetched = list(fetch_arrow(batch, {}))
     assert pa.Table.from_batches(fetched).equals(pa.Table.from_batches(reference))
     got = {}
     for element in ("row", "tuple", "dict"):
@@ -485,9 +485,9 @@ def test_every_type_arrives_as_through_spark_python_workers(spark: SparkSession)
 
 
 def sink_chunks_of(record_batch: pa.RecordBatch, element: str, chunk_rows: int) -> Any:
-    from pyspark_reactive.sink import _chunks_of
+    from pyspark_reactive.sink.fetch import chunks_of
 
-    return _chunks_of(record_batch, element, chunk_rows)
+    return chunks_of(record_batch, element, chunk_rows)
 
 
 def _made(chunks: Any) -> list[Any]:

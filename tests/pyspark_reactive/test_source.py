@@ -23,9 +23,9 @@ from spark_publishers import Recording, handed_out
 from streaming import ProgressWatch, install
 
 from pyspark_reactive import DefaultSource, read_stream
-from pyspark_reactive.options import parse_source_options
-from pyspark_reactive.source import ADMISSION_CONTROL
-from pyspark_reactive.wal import WriteAheadLog
+from pyspark_reactive.source.admission import ADMISSION_CONTROL
+from pyspark_reactive.source.options import parse_source_options
+from pyspark_reactive.source.wal import WriteAheadLog
 
 # The Spark line, only where a test states a behaviour of the line itself (register);
 # admission control (ADMISSION_CONTROL) is told by the API, as the source tells it.
@@ -259,9 +259,9 @@ def test_available_now_runs_in_a_row_end_on_an_endless_queue_and_lose_nothing(
 _SIGTERM_DURING_STOP = """
 import os, signal, sys, threading
 from pyspark.sql.types import LongType, StructField, StructType
-from pyspark_reactive.options import parse_source_options
-from pyspark_reactive.source import ReactiveStreamReader
-from pyspark_reactive.wal import WriteAheadLog
+from pyspark_reactive.source.options import parse_source_options
+from pyspark_reactive.source.reader import ReactiveStreamReader
+from pyspark_reactive.source.wal import WriteAheadLog
 
 # No group commit in this run (walSyncMs of 10 minutes): the rows stay for stop() to log.
 options = parse_source_options({"publisher": "range", "maxRecordsPerTrigger": "100",
@@ -528,8 +528,8 @@ def test_a_new_checkpoint_takes_over_rows_no_checkpoint_planned(spark: SparkSess
     # and no mark of any checkpoint. They were never delivered, so the next query does.
     from pyspark.sql.types import StructType
 
-    from pyspark_reactive.rows import arrow_schema
-    from pyspark_reactive.wal import WalEntry, WriteAheadLog
+    from pyspark_reactive.source.rows import arrow_schema
+    from pyspark_reactive.source.wal import WalEntry, WriteAheadLog
 
     schema = arrow_schema(StructType.fromDDL("value BIGINT"))
     left = pa.record_batch([pa.array([70, 80, 90], pa.int64())], schema=schema)

@@ -65,7 +65,7 @@ def test_every_exception_class_derives_from_its_packages_base() -> None:
                 if (issubclass(value, BaseException) and value.__module__ == name):
                     found[f"{name}.{value.__name__}"] = issubclass(value, base)
     assert found and all(found.values()), [name for name, ok in found.items() if not ok]
-    assert "pyspark_reactive.options.OptionError" in found
+    assert "pyspark_reactive.source.options.OptionError" in found
     assert issubclass(pyspark_reactive.OptionError, ValueError)  # still caught as before
     assert issubclass(pyspark_reactive.AvailableNowWarning, UserWarning)
 
@@ -80,8 +80,9 @@ def test_the_version_is_the_distributions() -> None:
 def test_the_literals_are_what_the_checks_accept(name: str) -> None:
     from typing import get_args
 
-    from pyspark_reactive import sink
+    from pyspark_reactive.sink import publisher
 
-    accepted = {"Element": sink.ELEMENT_TYPES, "WhenUnsubscribed": sink.WHEN_UNSUBSCRIBED,
-                "WhenStalled": sink.WHEN_STALLED}[name]
-    assert get_args(getattr(sink, name)) == accepted and accepted
+    accepted = {"Element": publisher.ELEMENT_TYPES,
+                "WhenUnsubscribed": publisher.WHEN_UNSUBSCRIBED,
+                "WhenStalled": publisher.WHEN_STALLED}[name]
+    assert get_args(getattr(publisher, name)) == accepted and accepted

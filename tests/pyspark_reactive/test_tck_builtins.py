@@ -16,10 +16,10 @@ import pytest
 from rsocket_peer import CountingServer
 from websocket_server import WebSocketServer
 
-from pyspark_reactive.builtin_mqtt import mqtt_publisher
-from pyspark_reactive.builtin_rsocket import rsocket_publisher
-from pyspark_reactive.builtin_websocket import websocket_publisher
-from pyspark_reactive.durability import FactoryOptions
+from pyspark_reactive.publishers.mqtt import mqtt_publisher
+from pyspark_reactive.publishers.rsocket import rsocket_publisher
+from pyspark_reactive.publishers.websocket import websocket_publisher
+from pyspark_reactive.source.durability import FactoryOptions
 from reactive_streams import Publisher
 from reactive_streams.tck.environment import TestEnvironment
 from reactive_streams.tck.publisher import LONG_MAX, PublisherVerification

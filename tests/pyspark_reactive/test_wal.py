@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pyspark_reactive.options import OptionError, check_wal_location
-from pyspark_reactive.wal import WalDamaged, WalEntry, WalMarkDamaged, WriteAheadLog
+from pyspark_reactive.source.options import OptionError, check_wal_location
+from pyspark_reactive.source.wal import WalDamaged, WalEntry, WalMarkDamaged, WriteAheadLog
 
 # Also runs on every older Spark line (./dev test): the write-ahead log.
 pytestmark = pytest.mark.spark_lines

@@ -29,7 +29,8 @@ from test_connect_sink import Holding, reactive
 from test_connector import check_served_on_the_server
 from test_sink import Checked
 
-from pyspark_reactive import SubscriberForeachWriter, connect_sink, publish, read_stream
+from pyspark_reactive import SubscriberForeachWriter, publish, read_stream
+from pyspark_reactive.sink import connect as connect_sink
 from reactive_streams import RangePublisher
 
 TIMEOUT_S = 180.0

@@ -9,6 +9,12 @@ in a group of their own (``os.setpgid`` in ``pyspark/daemon.py``), so a kill at 
 ends only those: a trial watches ``PYSPARK_REACTIVE_CRASH_LOG`` and kills the rest itself,
 as ``benchmarks/crash_trials.py`` does.
 
+It lives in the private ``_testing`` package, not beside the source and the log it kills:
+the crash trials (``tests/crash``, ``benchmarks/crash_trials.py``) need it inside the
+processes Spark starts, so it ships with the package, but it is no part of what the package
+does. Production code only calls :func:`crash_point`, which returns at once unless the
+variable names that point.
+
 Points:
 
 ``latest``

@@ -21,15 +21,15 @@ from reactive_streams.adapters.mqtt import (
     check_topic_filter,
 )
 
-from .builtin import json_columns, keep_columns
-from .options import (
+from ..source.options import (
     DEFAULT_MAX_RECORDS_PER_TRIGGER,
     MAX_MILLISECONDS,
     OptionError,
     choice_option,
     optional_int_option,
 )
-from .rows import Undecodable
+from ..source.rows import Undecodable
+from .columns import json_columns, keep_columns
 
 __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA",
            "mqtt_publisher"]
@@ -108,7 +108,7 @@ def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     >>> mqtt_publisher({"host": "127.0.0.1", "topic": "a/#/b"})
     Traceback (most recent call last):
     ...
-    pyspark_reactive.options.OptionError: reactive source: option topic='a/#/b' is not \
+    pyspark_reactive.source.options.OptionError: reactive source: option topic='a/#/b' is not \
 accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filter 'a/#/b': \
 '#' must be the whole last level (as in 'a/#'))
     """

@@ -1,26 +1,26 @@
-"""Built-in publishers that ``.option("publisher", name)`` selects, so that demos and tests
-need nothing else. Each is a factory called with the reader's options in the source runner.
+"""The built-in publisher ``range``: consecutive integers, paced or as fast as demand allows,
+so that demos and tests need nothing else. Like every built-in, a factory called with the
+reader's options in the source runner.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from reactive_streams import IterablePublisher, Publisher, RangePublisher
 from reactive_streams.api import UNBOUNDED
 
-from .options import OptionError
+from ..source.options import OptionError
 
-__all__ = ["json_columns", "keep_columns", "range_publisher"]
+__all__ = ["range_publisher"]
 
 
 def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     """Publisher of consecutive integers: the built-in ``range``. It is resumable: element
     ``k`` of the stream is always ``start + k``, so a restarted query's publisher begins
     right after the last element the write-ahead log holds (``options.resume``, see
-    :mod:`pyspark_reactive.durability`), and a hard kill loses and repeats nothing.
+    :mod:`pyspark_reactive.source.durability`), and a hard kill loses and repeats nothing.
 
     Parameters
     ----------
@@ -69,44 +69,6 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
 
 
 range_publisher.default_schema = lambda options: "value BIGINT"  # type: ignore[attr-defined]
-
-
-def json_columns(options: Mapping[str, str]) -> frozenset[str] | None:
-    """The names of the columns the source makes rows of (the factory options'
-    ``schema``), for the built-ins' ``format=json``: like Spark's ``from_json``, an
-    object's fields that are not columns are left out. ``None`` when the schema is not
-    known (a factory called only to check its options).
-
-    Examples
-    --------
-    >>> from pyspark.sql.types import LongType, StructField, StructType
-    >>> from pyspark_reactive.durability import FactoryOptions
-    >>> schema = StructType([StructField("id", LongType())])
-    >>> sorted(json_columns(FactoryOptions({}, schema=schema)))
-    ['id']
-    >>> json_columns({}) is None
-    True
-    """
-    schema = getattr(options, "schema", None)
-    if schema is None:
-        return None
-    return frozenset(field.name for field in schema.fields)
-
-
-def keep_columns(value: Any, columns: frozenset[str] | None) -> Any:
-    """``value`` with only the fields named in ``columns`` when it is a JSON object (a
-    dict) and the columns are known; any other value as it is.
-
-    Examples
-    --------
-    >>> keep_columns({"id": 7, "extra": 1}, frozenset({"id", "name"}))
-    {'id': 7}
-    >>> keep_columns([7, "seven"], frozenset({"id"}))
-    [7, 'seven']
-    """
-    if columns is None or not isinstance(value, dict):
-        return value
-    return {name: field for name, field in value.items() if name in columns}
 
 
 def _int(options: Mapping[str, str], name: str) -> int | None:

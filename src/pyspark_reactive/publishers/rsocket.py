@@ -12,8 +12,8 @@ from typing import Any
 
 from reactive_streams import Publisher
 
-from .builtin import json_columns, keep_columns
-from .options import OptionError, choice_option, optional_int_option, read_option_file
+from ..source.options import OptionError, choice_option, optional_int_option, read_option_file
+from .columns import json_columns, keep_columns
 
 __all__ = ["FORMATS", "rsocket_publisher"]
 
@@ -76,7 +76,7 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     --------
     >>> rsocket_publisher({"host": "127.0.0.1", "port": "7878", "route": "ticks"})
     RSocketPublisher(127.0.0.1:7878, route='ticks')
-    >>> from pyspark_reactive.durability import FactoryOptions, ResumePoint
+    >>> from pyspark_reactive.source.durability import FactoryOptions, ResumePoint
     >>> rsocket_publisher(FactoryOptions({"host": "h", "port": "1", "data": "from={offset}"},
     ...                                  ResumePoint(offset=1200))).data
     b'from=1200'

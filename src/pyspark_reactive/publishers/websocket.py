@@ -17,14 +17,14 @@ from reactive_streams.adapters.websocket import (
     url_problem,
 )
 
-from .builtin import json_columns
-from .options import (
+from ..source.options import (
     MAX_MILLISECONDS,
     OptionError,
     choice_option,
     optional_int_option,
     read_option_file,
 )
+from .columns import json_columns
 
 __all__ = ["DEFAULT_OPEN_TIMEOUT_MS", "websocket_publisher"]
 
@@ -93,7 +93,7 @@ def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     >>> websocket_publisher({"url": "http://example.com"})
     Traceback (most recent call last):
     ...
-    pyspark_reactive.options.OptionError: reactive source: option url='http://example.com' \
+    pyspark_reactive.source.options.OptionError: reactive source: option url='http://example.com' \
 is not accepted: a ws:// or wss:// URL such as ws://127.0.0.1:8765/feed (http://example.com \
 isn't a valid URI: scheme isn't ws or wss)
 

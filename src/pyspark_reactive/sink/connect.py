@@ -27,7 +27,7 @@ through ``saveAsTable``, ``ALTER TABLE ... SET TBLPROPERTIES``, ``SHOW TABLES``,
    some minutes) and checked against the mark before its rows are offered, so the client
    holds about one partition. A partition whose count or digest differs from the mark's,
    or a table that is gone, fails the batch with an error that says so; nothing of it is
-   offered. The rows go to the :class:`~pyspark_reactive.sink.ForeachBatchPublisher`'s
+   offered. The rows go to the :class:`~pyspark_reactive.ForeachBatchPublisher`'s
    subscribers against demand.
 3. The client then puts a signed *outcome* in the table's properties: delivered (with a
    digest of the counts and digests it received), or not delivered and why. The stager
@@ -68,13 +68,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from .sink import _STOP_MARK, HEARTBEAT_S, ForeachBatchPublisher, _stopped, configure_writer
+from .publisher import _STOP_MARK, ForeachBatchPublisher, _stopped
+from .write_stream import configure_writer
 
-__all__ = ["ConnectPump", "ConnectStager", "connect_publish", "staging_namespace"]
+__all__ = ["HEARTBEAT_S", "ConnectPump", "ConnectStager", "connect_publish", "staging_namespace"]
 
 log = logging.getLogger("pyspark_reactive.sink")
 
 PREFIX = "reactive_stage_"
+# The client's heartbeat while a batch waits (publish()'s smallest client_timeout leaves
+# room for several).
+HEARTBEAT_S = 2.0
 # The column the stager adds and partitions the table by: the Spark partition each row was
 # in, so the client can read one at a time.
 _PART = "__reactive_partition"

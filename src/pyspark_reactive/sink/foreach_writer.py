@@ -23,11 +23,11 @@ from reactive_streams import Subscriber, Subscription
 from reactive_streams.api import UNBOUNDED
 from reactive_streams.signalling import signal_violation
 
-from .errors import PySparkReactiveError
+from ..errors import PySparkReactiveError
 
 __all__ = ["SubscriberForeachWriter", "TaskGone"]
 
-log = logging.getLogger("pyspark_reactive.foreach_writer")
+log = logging.getLogger(__name__)
 
 # How often a wait for demand looks whether Spark is still running the task.
 _TASK_POLL_S = 0.5

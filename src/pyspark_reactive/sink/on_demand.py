@@ -37,16 +37,12 @@ from typing import Any
 
 from reactive_streams.signalling import COMPLETE
 
-from .errors import PySparkReactiveError
-from .progress import source_completed
-from .sink import (
-    MIN_CLIENT_TIMEOUT_S,
-    Element,
-    ForeachBatchPublisher,
-    WhenStalled,
-    _is_connect,
-    configure_writer,
-)
+from ..errors import PySparkReactiveError
+from ..progress import source_completed
+from .connect import connect_publish
+from .publish import MIN_CLIENT_TIMEOUT_S
+from .publisher import Element, ForeachBatchPublisher, WhenStalled, _is_connect
+from .write_stream import configure_writer
 
 __all__ = ["OnDemandPublisher", "publish_on_demand"]
 
@@ -200,8 +196,6 @@ class OnDemandPublisher(ForeachBatchPublisher):
         with self._changed:
             self.query = None  # a batch of the new run finds its query (see _admit)
         if _is_connect(df):
-            from .connect_sink import connect_publish
-
             connect_publish(df, self, self._options, _RUN, self.client_timeout, self.staging)
             return self.query
         query = configure_writer(df.writeStream.foreachBatch(self), self._options,

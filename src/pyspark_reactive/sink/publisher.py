@@ -1,49 +1,44 @@
 """A streaming query's output as a Publisher: ``df.writeStream.foreachBatch(publisher)``.
 
 Each micro-batch is fetched from the executors a partition at a time, as Arrow (one job
-per partition, the next partition computed in the driver JVM while this one is read), cut
-into chunks of ``chunk_rows`` rows, and every chunk is offered to every current subscriber
-through an :class:`~reactive_streams.signalling.Emitter`, which signals only against
-demand, on a thread of that subscription's own. The batch function returns to Spark once
-every subscriber has taken the whole batch, so a slow subscriber delays the next
-micro-batch, and the source, asked for nothing more, requests nothing more. Meanwhile the
-batch function only waits, so it notices a stopping query within a tenth of a second,
-whatever the subscribers are doing.
+per partition, the next partition computed in the driver JVM while this one is read: see
+:mod:`pyspark_reactive.sink.fetch`), cut into chunks of ``chunk_rows`` rows, and every
+chunk is offered to every current subscriber through an
+:class:`~reactive_streams.signalling.Emitter`, which signals only against demand, on a
+thread of that subscription's own. The batch function returns to Spark once every
+subscriber has taken the whole batch, so a slow subscriber delays the next micro-batch,
+and the source, asked for nothing more, requests nothing more. Meanwhile the batch
+function only waits, so it notices a stopping query within a tenth of a second, whatever
+the subscribers are doing. Under Spark Connect the batches come through the transport of
+:mod:`pyspark_reactive.sink.connect` instead (:meth:`ForeachBatchPublisher.deliver_arrow`).
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import logging
-import re
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, get_args
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
-from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
-from pyspark.serializers import NoOpSerializer, UTF8Deserializer, read_int
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from reactive_streams import Publisher, Subscriber
 from reactive_streams.runners import ThreadRunner
 from reactive_streams.signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 
-from .errors import PySparkReactiveError
+from ..errors import PySparkReactiveError
+from .fetch import Chunk, check_arrow_carries, chunks_of, fetch_arrow
 
 __all__ = [
     "ELEMENT_TYPES",
-    "AvailableNowWarning",
     "Element",
     "ForeachBatchPublisher",
     "SparkConnectNotSupported",
     "WhenStalled",
     "WhenUnsubscribed",
-    "publish",
 ]
 
 log = logging.getLogger("pyspark_reactive.sink")
@@ -57,10 +52,6 @@ WhenStalled = Literal["fail", "cancel"]
 ELEMENT_TYPES: tuple[Element, ...] = get_args(Element)
 WHEN_UNSUBSCRIBED: tuple[WhenUnsubscribed, ...] = get_args(WhenUnsubscribed)
 WHEN_STALLED: tuple[WhenStalled, ...] = get_args(WhenStalled)
-# Spark Connect transport (connect_sink.py): the client's heartbeat, and the smallest
-# client_timeout that leaves room for several of them.
-HEARTBEAT_S = 2.0
-MIN_CLIENT_TIMEOUT_S = 5 * HEARTBEAT_S
 # How often a wait for subscribers or demand looks whether the query is being stopped.
 _POLL_S = 0.1
 # Most rows a subscription takes from its mailbox at a time, whatever its demand: after a
@@ -84,17 +75,6 @@ CONNECT_MESSAGE = (
 
 class SparkConnectNotSupported(PySparkReactiveError, RuntimeError):
     """ForeachBatchPublisher was used with a Spark Connect session."""
-
-
-class AvailableNowWarning(PySparkReactiveError, UserWarning):
-    """:func:`publish` was given ``availableNow`` where Spark runs it as one micro-batch.
-
-    Without admission control for Python streaming sources
-    (:data:`~pyspark_reactive.source.ADMISSION_CONTROL` false: Spark 4.0/4.1), Spark runs an
-    ``availableNow`` query that reads a Python data source (such as ``reactive``) as a
-    single micro-batch, then ends it. Filter it with ``warnings.filterwarnings("ignore",
-    category=AvailableNowWarning)``.
-    """
 
 
 class _DeliveryAborted(PySparkReactiveError, RuntimeError):
@@ -523,7 +503,7 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._watcher: threading.Thread | None = None
         self._active, self._active_at = True, float("-inf")  # see _query_active()
         self._had_subscriber = False
-        self._schemas: dict[tuple[str, ...], pa.Schema] = {}  # see _arrow_batches
+        self._schemas: dict[tuple[str, ...], pa.Schema] = {}  # see fetch_arrow
         # A transport's wait for its own threads once the query has ended (the Spark
         # Connect pump's cleanup), so that subscribers learn of the end only after it.
         self.transport_end: Callable[[], None] | None = None
@@ -668,7 +648,7 @@ class ForeachBatchPublisher(Publisher[Any]):
     def deliver_arrow(self, batch_id: int, batches: Iterable[pa.RecordBatch]) -> None:
         """Deliver one micro-batch given as Arrow record batches, fetched lazily.
 
-        The Spark Connect transport calls this in the client (see ``connect_sink``); it
+        The Spark Connect transport calls this in the client (see ``sink.connect``); it
         returns once every subscriber has taken the batch.
 
         Raises
@@ -681,14 +661,14 @@ class ForeachBatchPublisher(Publisher[Any]):
             with self._changed:
                 self._check_stream()
 
-        def chunks() -> Iterator[_Chunk]:
+        def chunks() -> Iterator[Chunk]:
             for record_batch in batches:
-                yield from _chunks_of(record_batch, self.element, self.chunk_rows)
+                yield from chunks_of(record_batch, self.element, self.chunk_rows)
 
         self._deliver(batch_id, admit, chunks)
 
     def _deliver(self, batch_id: int, admit: Callable[[], None],
-                 chunks: Callable[[], Iterable[_Chunk]]) -> None:
+                 chunks: Callable[[], Iterable[Chunk]]) -> None:
         # Raising keeps Spark from committing a batch that was not delivered.
         try:
             admit()
@@ -748,7 +728,7 @@ class ForeachBatchPublisher(Publisher[Any]):
                 taken = mailbox.done
         return taken
 
-    def _offer(self, chunk: _Chunk) -> int:
+    def _offer(self, chunk: Chunk) -> int:
         """Offer ``chunk`` to the subscribers and wait until each has pulled all of it;
         returns its rows."""
         items, make = chunk
@@ -920,10 +900,10 @@ class ForeachBatchPublisher(Publisher[Any]):
         log.warning("ForeachBatchPublisher: ending the query: %s", why)
         raise _DeliveryAborted(f"{why} (when_unsubscribed='stop')")
 
-    def _chunks(self, batch: DataFrame) -> Iterator[_Chunk]:
-        _check_arrow_carries(batch.schema)
-        for record_batch in _arrow_batches(batch, self._schemas):
-            yield from _chunks_of(record_batch, self.element, self.chunk_rows)
+    def _chunks(self, batch: DataFrame) -> Iterator[Chunk]:
+        check_arrow_carries(batch.schema)
+        for record_batch in fetch_arrow(batch, self._schemas):
+            yield from chunks_of(record_batch, self.element, self.chunk_rows)
 
 
 class _Unreachable:
@@ -934,166 +914,6 @@ class _Unreachable:
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         raise SparkConnectNotSupported(self.message)
-
-
-def _check_arrow_carries(schema: Any) -> None:
-    """Refuse, naming the column, a type that the batch's way to the driver (Spark's
-    ``mapInArrow``) cannot carry: PySpark's Arrow path fails on year-month intervals with
-    a bare ``KeyError`` from deep inside pyarrow."""
-    from pyspark.sql.types import ArrayType, MapType, StructType, YearMonthIntervalType
-
-    def carries(data_type: Any) -> bool:
-        if isinstance(data_type, YearMonthIntervalType):
-            return False
-        if isinstance(data_type, ArrayType):
-            return carries(data_type.elementType)
-        if isinstance(data_type, MapType):
-            return carries(data_type.keyType) and carries(data_type.valueType)
-        if isinstance(data_type, StructType):
-            return all(carries(field.dataType) for field in data_type.fields)
-        return True
-
-    for field in schema.fields:
-        if not carries(field.dataType):
-            raise TypeError(
-                f"ForeachBatchPublisher: column {field.name!r} is (or holds) "
-                f"{field.dataType.simpleString()}, a year-month interval, which PySpark's "
-                "Arrow path cannot carry to the driver; select it as months "
-                "(CAST(col AS INT) on an INTERVAL MONTH) or as a STRING first")
-
-
-#: Elements on offer, and what makes each one as a subscriber takes it (None: as they are).
-_Chunk = tuple[Sequence[Any], "Callable[[Any], Any] | None"]
-
-
-def _chunks_of(record_batch: pa.RecordBatch, element: str, chunk_rows: int) -> Iterator[_Chunk]:
-    """``record_batch`` as chunks of up to ``chunk_rows`` rows of ``element``s."""
-    names = list(record_batch.schema.names)
-    for low in range(0, record_batch.num_rows, chunk_rows):
-        yield _elements(record_batch.slice(low, chunk_rows), element, names)
-
-
-def _elements(piece: pa.RecordBatch, element: str, names: list[str]) -> _Chunk:
-    if element == "arrow":
-        return [piece], None
-    if element == "dict":
-        if not any(_holds_map(field.type) for field in piece.schema):
-            return piece.to_pylist(), None
-        return piece.to_pylist(maps_as_pydicts="lossy"), None
-    # Column by column, then zipped: pyarrow makes each column's values at C speed.
-    # Maps become dicts, as Spark's own collect() gives them (pyarrow's default is a list
-    # of key-value pairs); asked only where a column holds one, as the option slows
-    # pyarrow's conversion of every column about fifteenfold.
-    columns = [column.to_pylist(maps_as_pydicts="lossy") if _holds_map(column.type)
-               else column.to_pylist() for column in piece.columns]
-    tuples = list(zip(*columns, strict=True)) if columns else [()] * piece.num_rows
-    if element == "tuple" or not names:
-        return tuples, None
-    # A Row subclass that carries the field names on the class lets tuple.__new__ make
-    # each row without a Python call; the mailbox makes them as they are taken.
-    return tuples, functools.partial(tuple.__new__, _row_class(tuple(names)))
-
-
-def _holds_map(data_type: pa.DataType) -> bool:
-    """Whether ``data_type`` is or holds a map."""
-    if pa.types.is_map(data_type):
-        return True
-    return any(_holds_map(data_type.field(i).type) for i in range(data_type.num_fields))
-
-
-@functools.lru_cache(maxsize=64)
-def _row_class(names: tuple[str, ...]) -> type[Row]:
-    """A ``pyspark.sql.Row`` whose rows all have the fields ``names``."""
-    return type("Row", (Row,), {"__fields__": list(names), "__slots__": ()})
-
-
-def _arrow_batches(batch: DataFrame, schemas: dict[tuple[str, ...], pa.Schema]
-                   ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``batch`` as Arrow, one partition at a time, in order.
-
-    The driver JVM computes one partition per job and the next one while this one is
-    read (``PythonRDD.toLocalIteratorAndServe`` over ``toArrowBatchRdd``: no Python worker
-    on the way, and, unlike a Dataset's ``toLocalIterator()``, nothing kept once served);
-    this process holds one Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBatch``
-    rows) at a time. ``schemas`` caches the JVM's Arrow schema for each batch schema.
-    Where this Spark lacks that path, one job per partition through ``mapInArrow``.
-    """
-    try:
-        rdd = batch._jdf.toArrowBatchRdd()
-    except Py4JJavaError:
-        raise
-    except (Py4JError, AttributeError):  # pragma: no cover - depends on the Spark version
-        log.debug("no toArrowBatchRdd here; fetching through mapInArrow", exc_info=True)
-        yield from _arrow_batches_through_python(batch)
-        return
-    session = batch.sparkSession
-    key = (batch.schema.json(), str(session.conf.get("spark.sql.session.timeZone")),
-           str(session.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")))
-    schema = schemas.get(key)
-    if schema is None:
-        schema = schemas[key] = _jvm_arrow_schema(batch)
-    from pyspark.util import _local_iterator_from_socket
-
-    jvm = session.sparkContext._jvm
-    assert jvm is not None
-    served = jvm.PythonRDD.toLocalIteratorAndServe(rdd, True)
-    for message in _local_iterator_from_socket(served, NoOpSerializer()):
-        yield ipc.read_record_batch(pa.py_buffer(message), schema)
-
-
-def _jvm_arrow_schema(batch: DataFrame) -> pa.Schema:
-    """The Arrow schema the driver JVM gives ``batch``'s rows, read from what it sends for
-    no rows at all (``limit(0)``, which Spark answers without running a job)."""
-    from pyspark.util import local_connect_and_auth
-
-    port, secret, server = batch.limit(0)._jdf.collectAsArrowToPython()
-    stream, sock = local_connect_and_auth(port, secret)
-    try:
-        sock.settimeout(None)
-        reader = ipc.open_stream(stream)
-        schema = reader.schema
-        for _ in reader:  # pragma: no cover - limit(0) has no rows
-            pass
-        count = read_int(stream)  # then the batches' order, or an error
-        if count == -1:
-            raise RuntimeError(f"ForeachBatchPublisher: reading the batch's Arrow schema "
-                               f"failed: {UTF8Deserializer().loads(stream)}")
-        for _ in range(count):
-            read_int(stream)
-    finally:
-        stream.close()
-        sock.close()
-    server.getResult()
-    return schema
-
-
-def _arrow_batches_through_python(batch: DataFrame) -> Iterator[pa.RecordBatch]:
-    """:func:`_arrow_batches` where ``toArrowBatchRdd`` is missing: each Arrow batch of a
-    partition is written as IPC by a Python worker (``mapInArrow``) and fetched by one job
-    per partition, so the driver holds one partition at a time."""
-    blobs = batch.mapInArrow(_arrow_to_ipc, "ipc BINARY").rdd
-    context = batch.sparkSession.sparkContext
-    for partition in range(blobs.getNumPartitions()):
-        for blob in context.runJob(blobs, _as_list, [partition]):
-            yield from ipc.open_stream(blob.ipc)
-
-
-def _as_list(rows: Iterable[Any]) -> list[Any]:
-    return list(rows)
-
-
-def _arrow_to_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    # On the executors: each Arrow batch of the partition travels as one binary value,
-    # so the driver receives a few large values instead of one Python object per row.
-    for batch in batches:
-        sink = pa.BufferOutputStream()
-        with ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-        data = sink.getvalue()
-        # One binary value over the IPC buffer, without copying it.
-        offsets = pa.array([0, data.size], pa.int32()).buffers()[1]
-        value = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])
-        yield pa.RecordBatch.from_arrays([value], names=["ipc"])
 
 
 def _stopped(batch_id: int) -> RuntimeError:
@@ -1113,183 +933,3 @@ def _is_connect(obj: Any) -> bool:
 def _refuse_connect(df: Any) -> None:
     if _is_connect(df):
         raise SparkConnectNotSupported(CONNECT_MESSAGE)
-
-
-# The names the reactive source goes by: DefaultSource.name(), and read_stream()'s.
-_REACTIVE_NAME = re.compile(r"reactive(_[0-9a-f]{12})?", re.IGNORECASE)
-
-
-def _python_sources(df: Any) -> list[str] | None:
-    """The Python data sources the streaming DataFrame reads, by name (None: not known).
-
-    Classic: every ``StreamingRelationV2`` over a ``PythonTable`` in the analyzed plan
-    (views resolved), whatever the source. Spark Connect: the client holds only the
-    unresolved plan, so the reactive source's own names (``reactive``, and those of
-    :func:`~pyspark_reactive.read_stream`) among its streaming reads by format; a stream
-    read by table name is not seen.
-    """
-    try:
-        if _is_connect(df):
-            return _connect_reactive_reads(df)
-        leaves = df._jdf.queryExecution().analyzed().collectLeaves()
-        names = []
-        for index in range(leaves.size()):
-            leaf = leaves.apply(index)
-            if (leaf.getClass().getSimpleName() == "StreamingRelationV2"
-                    and leaf.table().getClass().getSimpleName() == "PythonTable"):
-                names.append(str(leaf.sourceName()))
-        return names
-    except Exception:  # internals of another Spark: say what may happen, not what does
-        log.debug("could not tell which sources the query reads", exc_info=True)
-        return None
-
-
-def _connect_reactive_reads(df: Any) -> list[str]:
-    names: list[str] = []
-
-    def walk(message: Any) -> None:  # a protobuf message of the plan
-        if (message.DESCRIPTOR.full_name == "spark.connect.Read"
-                and message.is_streaming
-                and message.WhichOneof("read_type") == "data_source"):
-            name = message.data_source.format
-            if _REACTIVE_NAME.fullmatch(name):
-                names.append(name)
-        for field, value in message.ListFields():
-            if field.type != field.TYPE_MESSAGE:
-                continue
-            # A message, or a repeated field's (or a map's) container of them.
-            for item in ([value] if hasattr(value, "ListFields") else value):
-                if hasattr(item, "ListFields"):  # not a map's key
-                    walk(item)
-
-    walk(df._plan.to_proto(df.sparkSession.client))
-    return names
-
-
-def _warn_if_single_batch(df: Any, trigger: dict[str, Any] | None) -> None:
-    """Warn (:class:`AvailableNowWarning`) where ``availableNow`` will run one micro-batch."""
-    from .source import ADMISSION_CONTROL
-
-    if ADMISSION_CONTROL or not trigger or trigger.get("availableNow") is not True:
-        return
-    sources = _python_sources(df)
-    if sources == []:
-        return  # Kafka, files and other JVM sources run availableNow in full
-    if sources is None:
-        reads = "if this query reads a Python data source (such as reactive), "
-    else:
-        reads = (f"this query reads the Python data source"
-                 f"{'s' if len(set(sources)) > 1 else ''} {', '.join(sorted(set(sources)))}: ")
-    where = ("this Spark Connect client's pyspark has no admission control for Python "
-             "streaming sources (a server that has it, such as a Databricks Runtime with "
-             "SPARK-55304, runs availableNow in full: then ignore this warning)"
-             if _is_connect(df) else
-             "this Spark has no admission control for Python streaming sources (no "
-             "pyspark.sql.streaming.datasource: Spark 4.0 and 4.1)")
-    warnings.warn(
-        f"publish(trigger={{'availableNow': True}}): {where}; {reads}Spark then runs each "
-        "availableNow run as a single micro-batch and ends it. A reactive source reads at "
-        "most maxRecordsPerTrigger rows in that batch, or availableNowMaxRecords if that "
-        "option is given (it then sizes the first batch of every run of the source, "
-        "whatever the trigger); what the publisher holds beyond it waits for the next run. "
-        "For runs of several batches bounded by availableNowMaxRecords, use Spark 4.2 or "
-        "newer.", AvailableNowWarning, stacklevel=3)
-
-
-def publish(df: DataFrame, *, element: Element = "row", chunk_rows: int = 1024,
-            when_unsubscribed: WhenUnsubscribed = "wait", demand_timeout: float | None = None,
-            when_stalled: WhenStalled = "fail", trigger: dict[str, Any] | None = None,
-            client_timeout: float = 120.0, staging: str | None = None,
-            **options: Any) -> ForeachBatchPublisher:
-    """Start a streaming query whose output is a Publisher.
-
-    Parameters
-    ----------
-    df : DataFrame
-        A streaming DataFrame.
-    element, chunk_rows, when_unsubscribed, demand_timeout, when_stalled
-        As for :class:`ForeachBatchPublisher`.
-    trigger : dict, optional
-        Given to ``writeStream.trigger(**trigger)``, e.g. ``{"availableNow": True}``.
-    client_timeout : float
-        Spark Connect only: seconds a micro-batch staged on the server waits for a sign
-        of life from this process (it sends one every 2 s) before the batch, and so the
-        query, fails. Default 120; at least 10.
-    staging : str, optional
-        Spark Connect only: the schema (``"scratch"``) or catalog and schema
-        (``"main.scratch"``) where each micro-batch is staged as a table of its own while
-        it is delivered; ``None`` (default) means the session's current catalog and
-        schema. The query's user needs to create and drop tables there. Ignored in
-        classic mode.
-    **options
-        ``queryName`` and ``outputMode`` go to their ``writeStream`` methods; any other
-        (``checkpointLocation`` among them) is a ``writeStream.option``.
-
-    Returns
-    -------
-    ForeachBatchPublisher
-        Already started: ``.query`` is the running ``StreamingQuery``, and subscribers get
-        ``on_complete`` or ``on_error`` when it ends.
-
-    Raises
-    ------
-    ValueError
-        For an argument not accepted.
-
-    Warns
-    -----
-    AvailableNowWarning
-        For ``trigger={"availableNow": True}`` where pyspark has no admission control for
-        Python streaming sources (Spark 4.0/4.1; detected by the API, not the version)
-        and the query reads a Python data source such as ``reactive`` (or that cannot be
-        told): Spark then runs each run as one micro-batch. Under Spark Connect the
-        client's pyspark is what is looked at, and only ``reactive`` sources read by
-        format are recognised.
-
-    Notes
-    -----
-    Under Spark Connect the batch function runs on the server: it writes each micro-batch
-    to a table of its own in ``staging`` (partitioned by Spark partition), and this
-    process reads it a partition at a time, each checked against the batch function's
-    signed counts and digests (in the table's properties) before its rows are offered;
-    the batch function returns once the subscribers here have taken it and this process
-    has put an outcome signed with the query's key (which lives only here and in the
-    pickled batch function), and then drops the table. This uses only what Databricks
-    serverless allows (no ``persist()``, global temporary view or JVM access), and nothing
-    connects from the server to this process. Tables a killed server left are dropped
-    when the same query (same ``checkpointLocation``) starts again. While a batch is
-    staged, whoever may read the staging schema can read it (on Unity Catalog, its owner
-    and those granted access to the schema; on an OSS server, every session).
-    """
-    publisher = ForeachBatchPublisher(element=element, chunk_rows=chunk_rows,
-                                      when_unsubscribed=when_unsubscribed,
-                                      demand_timeout=demand_timeout, when_stalled=when_stalled)
-    if (not isinstance(client_timeout, (int, float)) or isinstance(client_timeout, bool)
-            or not client_timeout >= MIN_CLIENT_TIMEOUT_S):
-        raise ValueError(f"publish: client_timeout={client_timeout!r} is not accepted: a "
-                         f"number of seconds >= {MIN_CLIENT_TIMEOUT_S:.0f} (the client "
-                         f"renews its heartbeat every {HEARTBEAT_S:.0f} s)")
-    _warn_if_single_batch(df, trigger)
-    if _is_connect(df):
-        from .connect_sink import connect_publish
-
-        connect_publish(df, publisher, options, trigger, client_timeout, staging)
-        return publisher
-    writer = configure_writer(df.writeStream.foreachBatch(publisher), options, trigger)
-    publisher.watch(writer.start())
-    return publisher
-
-
-def configure_writer(writer: Any, options: dict[str, Any],
-                     trigger: dict[str, Any] | None) -> Any:
-    """Apply :func:`publish`'s keywords to a ``DataStreamWriter``."""
-    for key, value in options.items():
-        if key == "queryName":
-            writer = writer.queryName(value)
-        elif key == "outputMode":
-            writer = writer.outputMode(value)
-        else:
-            writer = writer.option(key, str(value))
-    if trigger:
-        writer = writer.trigger(**trigger)
-    return writer

@@ -3,7 +3,7 @@ source column by column, with no per-row Python. Each batch is checked against t
 declared schema once per distinct batch schema, cast where that is safe, and refused with
 an error naming the column, its type and the declared type where it is not.
 
-Demand and offsets count rows (see :mod:`pyspark_reactive.demand_buffer`), so
+Demand and offsets count rows (see :mod:`pyspark_reactive.source.demand_buffer`), so
 ``maxRecordsPerTrigger``, the write-ahead log and the partitions mean what they mean for
 rows. Declare a publisher's elements with :func:`arrow_batches` (or an attribute
 ``arrow_batches = True``) so that its very first request asks for one batch.
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from reactive_streams import Publisher, Subscriber
 
-from .errors import PySparkReactiveError
+from ..errors import PySparkReactiveError
 
 __all__ = ["ArrowElementError", "ArrowElements", "arrow_batches", "first_record_batch",
            "record_batch_among_rows"]
@@ -94,7 +94,7 @@ class _ArrowBatches(Publisher[pa.RecordBatch]):
         self.publisher.subscribe(subscriber)
 
     def __getattr__(self, name: str) -> Any:
-        # position_key, on_durable (pyspark_reactive.durability) and the like.
+        # position_key, on_durable (pyspark_reactive.source.durability) and the like.
         if name == "publisher":  # not set yet (unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.publisher, name)
@@ -118,7 +118,7 @@ def record_batch_among_rows(offset: int, first: Any) -> ArrowElementError:
         f"element at offset {offset}: a pyarrow.RecordBatch in a stream of rows (its first "
         f"element was a {type(first).__name__}); a publisher signals rows or RecordBatches, "
         "not both. A publisher of RecordBatches signals only those (declare it with "
-        "pyspark_reactive.arrow_elements.arrow_batches)")
+        "pyspark_reactive.source.arrow_elements.arrow_batches)")
 
 
 class ArrowElements:

@@ -19,7 +19,7 @@ by the taking thread and by the intake's), Arrow mode under ``_demand``. No call
 subscription is made under either lock: demand is counted under them and issued after.
 
 **Arrow mode.** A publisher whose elements are ``pyarrow.RecordBatch`` es declares it
-(``arrow_batches = True``, see :mod:`pyspark_reactive.arrow_elements`), or its first element
+(``arrow_batches = True``, see :mod:`pyspark_reactive.source.arrow_elements`), or its first element
 shows it. The buffer then counts rows, not elements: ``capacity``, ``buffered``,
 ``received``, ``take`` and ``release`` are in rows, while demand is still in elements
 (§1.1): one batch at a time, requested whenever fewer than ``capacity`` rows are buffered
@@ -41,7 +41,7 @@ import pyarrow as pa
 from reactive_streams import Publisher, Subscriber, Subscription
 from reactive_streams.signalling import require_not_none
 
-from .errors import PySparkReactiveError
+from ..errors import PySparkReactiveError
 
 __all__ = ["DemandBuffer", "PublisherError"]
 
@@ -251,7 +251,7 @@ class DemandBuffer(Subscriber[Any]):
             return
         log.warning("the publisher's first element is a pyarrow.RecordBatch, so this stream "
                     "counts rows; it did not declare it (arrow_batches = True, see "
-                    "pyspark_reactive.arrow_elements.arrow_batches), so the %d elements of "
+                    "pyspark_reactive.source.arrow_elements.arrow_batches), so the %d elements of "
                     "demand already requested are batches, and may bring that many batches "
                     "(rows far beyond capacity %d) before demand counts rows", self._requested,
                     self.capacity)

@@ -2,7 +2,7 @@
 write-ahead log, make them durable in group commits, before any micro-batch takes them.
 
 A thread of the intake's own takes the elements waiting in the
-:class:`~pyspark_reactive.demand_buffer.DemandBuffer` at most every ``walSyncMs``
+:class:`~pyspark_reactive.source.demand_buffer.DemandBuffer` at most every ``walSyncMs``
 milliseconds, or as soon as ``walSyncRows`` wait, converts them and appends them to the log
 as one segment; a micro-batch syncs whatever is left before Spark learns its end. So a
 hard kill loses at most what arrived within the last sync interval (and the sync under way),
@@ -10,12 +10,12 @@ and each row is written once. Without a log the same thread only converts.
 
 Offsets: the first element of this subscription has offset ``base``, the next ``base + 1``
 and so on. Elements that are ``pyarrow.RecordBatch`` es (the buffer's Arrow mode) are
-conformed to the schema column by column (:mod:`pyspark_reactive.arrow_elements`), and
+conformed to the schema column by column (:mod:`pyspark_reactive.source.arrow_elements`), and
 offsets count their rows. A publisher that implements ``position_key`` and ``on_durable`` (see
-:mod:`pyspark_reactive.durability`) hears about the rows made durable here.
+:mod:`pyspark_reactive.source.durability`) hears about the rows made durable here.
 
 **Elements that cannot become rows.** By default the first element that does not fit the
-schema (or a :class:`~pyspark_reactive.rows.Undecodable` one) fails the query at its
+schema (or a :class:`~pyspark_reactive.source.rows.Undecodable` one) fails the query at its
 offset, once the rows before it are taken. A publisher whose attribute
 ``skip_unfit_elements`` is true (the built-in ``mqtt`` with ``badPayloads=skip``) asks
 for such elements to be left out instead: they get no offset (the next row takes the

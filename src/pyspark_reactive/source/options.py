@@ -22,7 +22,7 @@ from typing import Any
 
 from reactive_streams.adapters.urls import redact_url, redact_url_in
 
-from .errors import PySparkReactiveError
+from ..errors import PySparkReactiveError
 
 __all__ = [
     "AVAILABLE_NOW_DEFAULT_BATCHES",
@@ -54,14 +54,14 @@ DEFAULT_SUBSCRIBE_TIMEOUT_MS = 30_000
 # availableNow run over an endless publisher lasts about as many batches whatever their size.
 AVAILABLE_NOW_DEFAULT_BATCHES = 100
 
-# Name -> "module:attribute" of the built-in publishers (builtin.py and builtin_*.py; the
-# README's "Built-in publishers and adapters" lists them). A factory may carry an attribute
-# default_schema(options) -> DDL string: the schema when none is given.
+# Name -> "module:attribute" of the built-in publishers (the package pyspark_reactive.
+# publishers; the README's "Built-in publishers and adapters" lists them). A factory may
+# carry an attribute default_schema(options) -> DDL string: the schema when none is given.
 BUILTIN_PUBLISHERS = {
-    "range": "pyspark_reactive.builtin:range_publisher",
-    "rsocket": "pyspark_reactive.builtin_rsocket:rsocket_publisher",
-    "mqtt": "pyspark_reactive.builtin_mqtt:mqtt_publisher",
-    "websocket": "pyspark_reactive.builtin_websocket:websocket_publisher",
+    "range": "pyspark_reactive.publishers.range:range_publisher",
+    "rsocket": "pyspark_reactive.publishers.rsocket:rsocket_publisher",
+    "mqtt": "pyspark_reactive.publishers.mqtt:mqtt_publisher",
+    "websocket": "pyspark_reactive.publishers.websocket:websocket_publisher",
 }
 
 #: Environment variable that, when set, allows ``publisher`` import paths only from these
@@ -238,7 +238,7 @@ def parse_source_options(options: Mapping[str, str], *,
     >>> parse_source_options({"publisher": "range", "fillWaitMs": "2.5"})
     Traceback (most recent call last):
         ...
-    pyspark_reactive.options.OptionError: reactive source: option fillWaitMs='2.5' is not \
+    pyspark_reactive.source.options.OptionError: reactive source: option fillWaitMs='2.5' is not \
 accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a whole number
     """
     raw = {str(k): str(v) for k, v in options.items()}
@@ -414,7 +414,8 @@ def choice_option(options: Mapping[str, str], name: str, choices: Iterable[str],
     ...               "text")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    pyspark_reactive.options.OptionError: ... format='xml' ...: one of text, json (default text)
+    pyspark_reactive.source.options.OptionError: ... format='xml' ...: one of text, json \
+(default text)
     """
     allowed = tuple(choices)
     text = options.get(name.lower())

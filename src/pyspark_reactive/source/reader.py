@@ -3,7 +3,7 @@
 The publisher and its subscription live in Spark's source runner process (see DESIGN.md):
 :class:`ReactiveStreamReader` subscribes there on the first ``latestOffset``. Each
 ``latestOffset`` cuts a batch of at most ``maxRecordsPerTrigger`` rows from the
-:class:`~pyspark_reactive.demand_buffer.DemandBuffer`, which at once requests as many more,
+:class:`~pyspark_reactive.source.demand_buffer.DemandBuffer`, which at once requests as many more,
 converts the rows to Arrow, writes them to the write-ahead log when there is one, and
 returns the end offset. ``partitions`` ships the batch's Arrow rows inside the partitions,
 so ``read`` on the executors only decodes them. An ``availableNow`` trigger (Spark 4.2+)
@@ -13,7 +13,7 @@ starts, and requests no more than that, so the query ends on an endless publishe
 Where Spark has no admission control for Python sources (:data:`ADMISSION_CONTROL` false:
 Spark 4.0/4.1), it runs an ``availableNow`` trigger as a single micro-batch and never tells
 the source which trigger runs; an ``availableNowMaxRecords`` given explicitly then sizes the
-first batch of every query run (see :class:`~pyspark_reactive.options.SourceOptions`).
+first batch of every query run (see :class:`~pyspark_reactive.source.options.SourceOptions`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .._testing.faults import crash_point
+from .admission import ADMISSION_CONTROL, ReadMaxRows, SupportsTriggerAvailableNow
 from .demand_buffer import DemandBuffer
 from .durability import FactoryOptions, ResumePoint
-from .faults import crash_point
 from .intake import Intake, Segment
 from .options import (
     BUILTIN_PUBLISHERS,
@@ -52,29 +53,8 @@ from .options import (
 from .rows import RowConverter, arrow_schema
 from .wal import WalDamaged, WriteAheadLog
 
-try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources.
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-except ImportError:  # Spark 4.0/4.1: latestOffset() is called with no arguments.
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        """Stand-in so the reader's bases are the same on every Spark version."""
-
-#: Whether this pyspark has admission control for Python streaming sources
-#: (``pyspark.sql.streaming.datasource``: Spark 4.2+, and runtimes that back-ported
-#: SPARK-55304). Without it Spark runs an ``availableNow`` trigger over a Python source as a
-#: single micro-batch (it falls back to ``SingleBatchExecutor`` for any source that is not
-#: ``SupportsTriggerAvailableNow``) and the source never learns which trigger runs. The API is
-#: detected, never the version number; :func:`~pyspark_reactive.publish` reads this too.
-ADMISSION_CONTROL = ReadMaxRows is not None
-
-
-__all__ = ["ADMISSION_CONTROL", "DEFAULT_SCHEMA", "ArrowPartition", "DefaultSource",
-           "ReactiveStreamReader", "read_stream"]
+__all__ = ["DEFAULT_SCHEMA", "ArrowPartition", "DefaultSource", "ReactiveStreamReader",
+           "read_stream"]
 
 log = logging.getLogger("pyspark_reactive.source")
 

@@ -53,7 +53,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .errors import PySparkReactiveError
+from ..errors import PySparkReactiveError
 
 __all__ = ["RowConversionError", "RowConverter", "Undecodable", "arrow_schema"]
 
@@ -232,7 +232,7 @@ class Undecodable:
     The converter never makes a row of it: it is an element that does not fit, with
     ``reason`` as the reason, so the query fails at its offset naming the reason, or,
     from a publisher that asks the source to skip such elements
-    (``skip_unfit_elements``, see :mod:`pyspark_reactive.intake`), it is left out and
+    (``skip_unfit_elements``, see :mod:`pyspark_reactive.source.intake`), it is left out and
     counted like any other element that does not fit. Signalling it instead of failing
     the stream keeps its place in the stream, so an acknowledging publisher acknowledges
     it in its turn.

@@ -39,8 +39,8 @@ import pyarrow.ipc as ipc
 
 from reactive_streams.adapters.urls import redact_url
 
-from .errors import PySparkReactiveError
-from .faults import crash_point
+from .._testing.faults import crash_point
+from ..errors import PySparkReactiveError
 
 __all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WalMarkDamaged", "WriteAheadLog"]
 

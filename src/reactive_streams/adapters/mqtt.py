@@ -164,7 +164,7 @@ class MqttPublisher(Publisher[T], Generic[T]):
     (PUBACK) as soon as ``on_next`` returns. ``"on_durable"``: only when
     :meth:`on_durable` says the first ``count`` elements signalled to the latest
     subscription are durable; that is the acknowledging-publisher protocol of the
-    ``reactive`` Spark source (see ``pyspark_reactive.durability``). Either way the
+    ``reactive`` Spark source (see ``pyspark_reactive.source.durability``). Either way the
     acknowledgements go out in the order the messages arrived, as MQTT requires, and a
     message never acknowledged is redelivered by a persistent session (``client_id``,
     ``clean_start=False``, ``session_expiry`` > 0) when it reconnects: nothing is lost;
