@@ -121,6 +121,27 @@ def test_no_page_has_a_broken_internal_link(site: Path) -> None:
     assert not broken, broken
 
 
+def test_the_reference_lists_every_accepted_option(site: Path) -> None:
+    # The tables are generated from the definitions the code validates with: each option
+    # has a row (an anchor) on its page.
+    from pyspark_reactive.source import options
+
+    pages = {"source": site / "reference" / "source-options.html"}
+    pages.update({name: site / "reference" / "publishers" / f"{name}.html"
+                  for name in options.BUILTIN_PUBLISHERS})
+    specs = {"source": options.SOURCE_OPTION_SPECS}
+    specs.update({name: options.resolve_factory(name).option_specs  # type: ignore[attr-defined]
+                  for name in options.BUILTIN_PUBLISHERS})
+    missing = {}
+    for kind, page in pages.items():
+        ids = _parse(page.read_text(encoding="utf-8")).ids if page.is_file() else set()
+        absent = [spec.name for spec in specs[kind]
+                  if f"option-{kind}-{spec.name.lower()}" not in ids]
+        if absent:
+            missing[str(page.relative_to(site))] = absent
+    assert not missing, missing
+
+
 def _chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         found = shutil.which(name)
