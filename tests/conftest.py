@@ -53,13 +53,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """The test session's SparkSession, from ``pyspark_reactive.local_session()``."""
+    from connector_tests import FOLDERS
+
     from pyspark_reactive import local_session
 
     # Spark's Python processes (source runners, workers) inherit the JVM's environment:
-    # this puts the source tests' publishers (spark_publishers.py) on their path.
-    here = os.path.join(os.path.dirname(__file__), "pyspark_reactive")
+    # this puts the source tests' publishers (spark_publishers.py), and the test modules
+    # whose functions travel to them by reference, on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (here, PEERS, os.environ.get("PYTHONPATH")) if p)
+        p for p in (*FOLDERS, PEERS, os.environ.get("PYTHONPATH")) if p)
     session = local_session()
     yield session
     session.stop()

@@ -11,13 +11,17 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from connector_tests import FOLDERS  # tests/peers: on the path through tests/conftest.py
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The source tests' publishers (spark_publishers.py), for the tests here to import too.
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pyspark_reactive"))
+# The connector tests' helpers (spark_publishers.py, test_sink's subscribers), for the tests
+# here to import too.
+for _folder in reversed(FOLDERS):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +31,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     # The server's Python processes (source runners, the foreachBatch worker, executors'
     # workers) inherit this environment: the tests' publishers and subscribers import
     # from these folders there.
-    folders = [HERE, os.path.join(os.path.dirname(HERE), "pyspark_reactive")]
+    folders = [HERE, *FOLDERS]
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [*folders, *filter(None, [os.environ.get("PYTHONPATH")])])
     # publish() stages batches in tables of the current schema: its files go here rather

@@ -3,7 +3,7 @@
 The client holds only the unresolved plan: it recognises the reactive source by its names
 among the streaming reads, and warns (:class:`AvailableNowWarning`) where its pyspark has
 no admission control for Python sources, where Spark runs such a run as one micro-batch
-(tests/pyspark_reactive/test_available_now_lines.py: the same in classic mode).
+(tests/pyspark_reactive/source/test_available_now_lines.py: the same in classic mode).
 """
 
 from __future__ import annotations

@@ -31,16 +31,17 @@ from types import TracebackType
 from typing import Any
 
 import psutil
-from polling import wait_until  # tests/peers: on the path through tests/conftest.py
+from connector_tests import FOLDERS  # tests/peers: on the path through tests/conftest.py
+from polling import wait_until
 from ports import free_port
 
 TESTS = Path(__file__).resolve().parents[1]
 # Helpers of the test folders that the Databricks Connect tests import, and the server's
 # Python processes too when a pickled function names them: these tests' own modules, the
-# source tests' publishers, the sink tests' subscribers, the Connect and cluster tests'
-# helpers, the notebooks' runner, the peers.
-HELPERS = [str(TESTS / name) for name in ("databricks", "pyspark_reactive", "connect",
-                                            "cluster", "notebooks", "peers")]
+# connector tests' helpers and test modules (the source tests' publishers, the sink tests'
+# subscribers), the Connect and cluster tests' helpers, the notebooks' runner, the peers.
+HELPERS = [str(TESTS / "databricks"), *FOLDERS,
+           *(str(TESTS / name) for name in ("connect", "cluster", "notebooks", "peers"))]
 
 # The variable that names the server venv's interpreter: ./dev sets it from what
 # environments.py prints.

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructType
 from streaming import ProgressWatch
-from test_builtin_mqtt import _first_messages, broker
+from test_mqtt import _first_messages, broker
 from test_source import queries, reactive, to_memory, watch
 
 from pyspark_reactive.source.demand_buffer import DemandBuffer
