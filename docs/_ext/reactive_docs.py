@@ -31,10 +31,14 @@ def option_specs(kind: str) -> tuple[Any, ...]:
     return tuple(specs)
 
 
-def _paragraph(text: str, literal: bool = False) -> nodes.Node:
+def _paragraph(text: str, literal: bool = False,
+               inline: list[nodes.Node] | None = None) -> nodes.Node:
     entry = nodes.entry()
     para = nodes.paragraph()
-    para += nodes.literal(text=text) if literal else nodes.Text(text)
+    if inline is not None:
+        para.extend(inline)
+    else:
+        para += nodes.literal(text=text) if literal else nodes.Text(text)
     entry += para
     return entry
 
@@ -68,7 +72,12 @@ class ReactiveOptions(Directive):
             row += _paragraph(spec.default_text)
             row += _paragraph(spec.accepted_text)
             row += _paragraph(spec.queries)
-            row += _paragraph(spec.meaning)
+            # The meaning is Markdown (backticked names): parsed as the page's inline text.
+            inline, messages = self.state.inline_text(spec.meaning, self.lineno)
+            row += _paragraph(spec.meaning, inline=inline)
+            if messages:
+                raise self.error(f"option {spec.name}: its meaning does not parse: "
+                                 f"{messages}")
             body += row
         group += body
         return [table]

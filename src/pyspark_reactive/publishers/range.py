@@ -11,9 +11,19 @@ from collections.abc import Iterator, Mapping
 from reactive_streams import IterablePublisher, Publisher, RangePublisher
 from reactive_streams.api import UNBOUNDED
 
-from ..source.options import OptionError
+from ..source.options import OptionError, OptionSpec, OptionSpecs
 
-__all__ = ["range_publisher"]
+__all__ = ["OPTION_SPECS", "range_publisher"]
+
+#: The options of ``range``, as the reference shows them.
+OPTION_SPECS = OptionSpecs([
+    OptionSpec("start", "The first integer.", "int", 0, minimum=-2**63, maximum=2**63 - 1),
+    OptionSpec("count", "How many integers; without it the stream is endless.", "int",
+               minimum=0, shown_default="endless"),
+    OptionSpec("rowsPerSecond", "The most integers a second, signalled on a thread of the "
+               "publisher's own; without it, as fast as demand allows.",
+               accepted="a positive number", shown_default="unpaced"),
+])
 
 
 def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
@@ -25,8 +35,8 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     Parameters
     ----------
     options : mapping of str to str
-        ``start`` (int, default 0); ``count`` (int >= 0; omitted: endless);
-        ``rowsPerSecond`` (positive number; omitted: as fast as demand allows). With an
+        :data:`OPTION_SPECS`: ``start`` (int, default 0); ``count`` (int >= 0; omitted:
+        endless); ``rowsPerSecond`` (positive number; omitted: as fast as demand allows). With an
         attribute ``resume`` (a ``ResumePoint``), the elements before its offset are
         left out.
 
@@ -48,15 +58,12 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     [3, 4, 5, 6]
     """
     lower = {k.lower(): v for k, v in options.items()}
-    start = _int(lower, "start")
-    start = 0 if start is None else start
-    count = _int(lower, "count")
-    if count is not None and count < 0:
-        raise OptionError("count", lower["count"], "an integer >= 0, or omit it for no end")
+    start = OPTION_SPECS.read(lower, "start")
+    count = OPTION_SPECS.read(lower, "count")
     stop = UNBOUNDED if count is None else start + count
     resume = getattr(options, "resume", None)
     first = min(stop, start + (resume.offset if resume is not None else 0))
-    rate_text = lower.get("rowspersecond")
+    rate_text = OPTION_SPECS.given(lower, "rowsPerSecond")
     if rate_text is None:
         return RangePublisher(first, stop - first)
     try:
@@ -69,16 +76,7 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
 
 
 range_publisher.default_schema = lambda options: "value BIGINT"  # type: ignore[attr-defined]
-
-
-def _int(options: Mapping[str, str], name: str) -> int | None:
-    text = options.get(name.lower())
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise OptionError(name, text, "an integer") from None
+range_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 
 
 def _paced(start: int, stop: int, rate: float) -> Iterator[int]:

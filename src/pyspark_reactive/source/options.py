@@ -33,8 +33,11 @@ __all__ = [
     "DEFAULT_WAL_SYNC_ROWS",
     "PUBLISHER_MODULES_ENV",
     "SOURCE_OPTIONS",
+    "SOURCE_OPTION_SPECS",
     "CaseInsensitiveOptions",
     "OptionError",
+    "OptionSpec",
+    "OptionSpecs",
     "SourceOptions",
     "allowed_publisher_modules",
     "choice_option",
@@ -74,11 +77,6 @@ PUBLISHER_MODULES_ENV = "PYSPARK_REACTIVE_PUBLISHER_MODULES"
 # Set by read_stream() on the data source class it registers; never a user option.
 SHIPPED_FACTORY = "<factory shipped with the data source>"
 
-# Every option the source itself reads. Any other option is passed on to the publisher's
-# factory, so it is not an error; one whose name is close to these is warned about.
-SOURCE_OPTIONS = ("publisher", "schema", "maxRecordsPerTrigger", "fillWaitMs", "numPartitions",
-                  "availableNowMaxRecords", "walLocation", "walSyncMs", "walSyncRows",
-                  "subscribeTimeoutMs")
 # Counts are longs on the JVM side (ReadMaxRows, offsets); durations in milliseconds are
 # capped as Java ints are (about 24.8 days), well inside what Python's waits accept.
 MAX_COUNT = 2**63 - 1
@@ -135,6 +133,208 @@ class CaseInsensitiveOptions(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"CaseInsensitiveOptions({self._options!r})"
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option of the source or of a built-in publisher, declared once.
+
+    The same definition validates the option (:meth:`read`) and fills the documentation's
+    option tables (``{reactive-options}`` in ``docs/``), so a default or an accepted range
+    cannot differ between the code and the docs.
+
+    Attributes
+    ----------
+    name : str
+        The option's name as documented (names compare case-insensitively).
+    meaning : str
+        What it does, in one or two sentences of Markdown (the tables' last column).
+    kind : {"int", "choice", "text"}
+        ``int``: a whole number from ``minimum`` to ``maximum``; ``choice``: one of
+        ``choices`` (case-insensitive); ``text``: checked by the code that reads it, which
+        says what it accepts in ``accepted``.
+    default : int, str or None
+        The value when the option is not given; ``None`` for none.
+    shown_default : str
+        How the tables show the default, where ``default`` alone does not say it (a
+        computed default, "none", "automatic"); empty to show ``default``.
+    required : bool
+        Whether the option must be given.
+    queries : str
+        The queries it applies to, as Spark's Kafka guide says it ("streaming",
+        "streaming, availableNow trigger", ...).
+    """
+
+    name: str
+    meaning: str
+    kind: str = "text"
+    default: int | str | None = None
+    shown_default: str = ""
+    minimum: int = 0
+    maximum: int = MAX_COUNT
+    choices: tuple[str, ...] = ()
+    accepted: str = ""
+    required: bool = False
+    queries: str = "streaming"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("int", "choice", "text"):
+            raise ValueError(f"OptionSpec {self.name}: kind {self.kind!r} is not int, "
+                             "choice or text")
+        if self.kind == "choice" and self.default not in self.choices:
+            raise ValueError(f"OptionSpec {self.name}: the default {self.default!r} is not "
+                             f"one of {self.choices}")
+        if self.kind == "text" and not self.accepted:
+            raise ValueError(f"OptionSpec {self.name}: a text option says what it accepts")
+
+    @property
+    def accepted_text(self) -> str:
+        """What the option accepts, in the words its errors use."""
+        if self.kind == "int":
+            return _accepted(self.minimum, self.maximum)
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        return self.accepted
+
+    @property
+    def default_text(self) -> str:
+        """The default as the tables show it."""
+        if self.shown_default:
+            return self.shown_default
+        if self.required or self.default is None:
+            return "none"
+        return str(self.default)
+
+    def read(self, options: Mapping[str, str]) -> Any:
+        """The option's value from ``options`` (keyed by lower-cased names, or
+        case-insensitive), checked; ``default`` when it is not given.
+
+        Raises
+        ------
+        OptionError
+            For an ``int`` or ``choice`` value that is not accepted, or a required option
+            that is not given.
+        """
+        value: int | str | None
+        if self.kind == "int":
+            value = optional_int_option(options, self.name, self.minimum, self.maximum)
+        elif self.kind == "choice":
+            return choice_option(options, self.name, self.choices, str(self.default))
+        else:
+            value = options.get(self.name.lower())
+        if value is None and self.required:
+            raise OptionError(self.name, None, f"{self.accepted_text}; it is required")
+        return self.default if value is None else value
+
+
+class OptionSpecs(tuple[OptionSpec, ...]):
+    """The options of the source or of a built-in publisher, in the order they are shown.
+
+    Indexing by name (case-insensitive) gives an option's :class:`OptionSpec`; reading an
+    option that is not declared is a ``KeyError``, so the code cannot read an option the
+    documentation does not list.
+
+    Examples
+    --------
+    >>> specs = OptionSpecs([OptionSpec("port", "The port.", "int", 1883, minimum=1,
+    ...                                 maximum=65535)])
+    >>> specs.read({"port": "8883"}, "Port"), specs.read({}, "port")
+    (8883, 1883)
+    >>> specs.read({}, "host")
+    Traceback (most recent call last):
+    ...
+    KeyError: "option 'host' is not declared (declared: port)"
+    """
+
+    def __new__(cls, specs: Iterable[OptionSpec]) -> OptionSpecs:
+        made = super().__new__(cls, tuple(specs))
+        names = [spec.name.lower() for spec in made]
+        if len(set(names)) != len(names):
+            raise ValueError(f"options declared twice: {sorted(names)}")
+        return made
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self)
+
+    def spec(self, name: str) -> OptionSpec:
+        for spec in self:
+            if spec.name.lower() == name.lower():
+                return spec
+        raise KeyError(f"option {name!r} is not declared (declared: "
+                       f"{', '.join(self.names)})")
+
+    def read(self, options: Mapping[str, str], name: str) -> Any:
+        """:meth:`OptionSpec.read` of the option named ``name``."""
+        return self.spec(name).read(options)
+
+    def given(self, options: Mapping[str, str], name: str) -> str | None:
+        """The option's text as given, or ``None``: for checks of its own."""
+        return options.get(self.spec(name).name.lower())
+
+
+#: Every option the source itself reads, in the order the reference shows them. Any other
+#: option is passed on to the publisher's factory, so it is not an error; one whose name is
+#: close to these is warned about.
+SOURCE_OPTION_SPECS = OptionSpecs([
+    OptionSpec(
+        "publisher", "The publisher to read: a built-in name (`range`, `mqtt`, `websocket`, "
+        "`rsocket`) or the import path of a factory that takes the options and returns a "
+        "`Publisher`. This is code the source imports and calls, so options are trusted "
+        "input; `PYSPARK_REACTIVE_PUBLISHER_MODULES` limits the modules it may name. Not "
+        "with `read_stream()`, which ships its factory with the data source.",
+        accepted="a built-in name, or 'package.module:factory'", required=True,
+        queries="streaming"),
+    OptionSpec(
+        "maxRecordsPerTrigger", "The demand per micro-batch, and the most rows in one: each "
+        "batch requests this many elements from the publisher, and the rows held plus the "
+        "demand outstanding never exceed it.", "int", DEFAULT_MAX_RECORDS_PER_TRIGGER,
+        minimum=1),
+    OptionSpec(
+        "fillWaitMs", "How long a micro-batch waits for the publisher to fill it before "
+        "taking what has arrived, and only while the publisher's recent rate could fill it "
+        "in that time; with nothing at all there is no batch.", "int", DEFAULT_FILL_WAIT_MS,
+        minimum=0, maximum=MAX_MILLISECONDS),
+    OptionSpec(
+        "availableNowMaxRecords", "The most rows a `trigger(availableNow=True)` run takes "
+        "from the publisher beyond those the source holds when it starts; then the query "
+        "ends (Spark 4.2+). On Spark 4.0/4.1, given explicitly, it sizes the first "
+        "micro-batch of every run (under `availableNow`, the run's only batch).", "int",
+        minimum=0, shown_default=f"{AVAILABLE_NOW_DEFAULT_BATCHES} × maxRecordsPerTrigger",
+        queries="streaming, availableNow trigger"),
+    OptionSpec(
+        "walLocation", "Where the write-ahead log lives, one per query: every element the "
+        "publisher signalled is kept there until Spark commits it, so a restart with the "
+        "same checkpoint loses and repeats nothing. Without it, rows not yet processed when "
+        "the query stops are lost.",
+        accepted="a local path, a file: URI (file:/tmp/wal, file:///tmp/wal) or any "
+        "filesystem URI pyarrow understands (hdfs://, s3://, ...)"),
+    OptionSpec(
+        "walSyncMs", "With `walLocation`: rows that arrived are synced to the log at least "
+        "this often (a group commit), so a hard kill loses at most what arrived in the last "
+        "interval.", "int", DEFAULT_WAL_SYNC_MS, minimum=1, maximum=MAX_MILLISECONDS,
+        queries="streaming, with walLocation"),
+    OptionSpec(
+        "walSyncRows", "With `walLocation`: a group commit starts at once when this many "
+        "rows wait, whatever `walSyncMs` says (the source never holds more than "
+        "`maxRecordsPerTrigger`, so only a smaller value matters).", "int",
+        DEFAULT_WAL_SYNC_ROWS, minimum=1, queries="streaming, with walLocation"),
+    OptionSpec(
+        "subscribeTimeoutMs", "How long the source waits for the publisher's `on_subscribe` "
+        "before it fails the query; under `availableNow`, also how long a run waits for its "
+        "first element.", "int", DEFAULT_SUBSCRIBE_TIMEOUT_MS, minimum=1,
+        maximum=MAX_MILLISECONDS),
+    OptionSpec(
+        "schema", "The rows' schema, as with `.schema(...)` (which takes precedence), but "
+        "checked with every other option when the DataFrame is made. Without either: "
+        "`value BIGINT` for `range`, the built-ins' own schemas, else `value STRING`.",
+        accepted="a DDL string such as 'id BIGINT, name STRING'",
+        shown_default="the publisher's"),
+    OptionSpec(
+        "numPartitions", "Partitions per micro-batch; automatic keeps each at about 1 MiB "
+        "of Arrow.", "int", minimum=1, shown_default="automatic"),
+])
+SOURCE_OPTIONS = SOURCE_OPTION_SPECS.names
 
 
 @dataclass(frozen=True)
@@ -257,7 +457,7 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
         names[key] = name
     warn_unknown_options(raw)
 
-    publisher = lower.get("publisher")
+    publisher = SOURCE_OPTION_SPECS.given(lower, "publisher")
     if shipped_factory:
         if publisher is not None:
             raise OptionError("publisher", publisher,
@@ -270,21 +470,21 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
     else:
         publisher = publisher.strip()
 
-    max_records = _int_option(lower, "maxRecordsPerTrigger", DEFAULT_MAX_RECORDS_PER_TRIGGER, 1)
-    fill_wait = _int_option(lower, "fillWaitMs", DEFAULT_FILL_WAIT_MS, 0, MAX_MILLISECONDS)
-    partitions = optional_int_option(lower, "numPartitions", 1)
-    available_now = _int_option(
-        lower, "availableNowMaxRecords",
-        min(MAX_COUNT, AVAILABLE_NOW_DEFAULT_BATCHES * max_records), 0)
-    wal_sync_ms = _int_option(lower, "walSyncMs", DEFAULT_WAL_SYNC_MS, 1, MAX_MILLISECONDS)
-    wal_sync_rows = _int_option(lower, "walSyncRows", DEFAULT_WAL_SYNC_ROWS, 1)
-    subscribe_timeout = _int_option(lower, "subscribeTimeoutMs", DEFAULT_SUBSCRIBE_TIMEOUT_MS,
-                                    1, MAX_MILLISECONDS)
-    schema = lower.get("schema")
+    specs = SOURCE_OPTION_SPECS
+    max_records = specs.read(lower, "maxRecordsPerTrigger")
+    fill_wait = specs.read(lower, "fillWaitMs")
+    partitions = specs.read(lower, "numPartitions")
+    available_now = specs.read(lower, "availableNowMaxRecords")
+    if available_now is None:
+        available_now = min(MAX_COUNT, AVAILABLE_NOW_DEFAULT_BATCHES * max_records)
+    wal_sync_ms = specs.read(lower, "walSyncMs")
+    wal_sync_rows = specs.read(lower, "walSyncRows")
+    subscribe_timeout = specs.read(lower, "subscribeTimeoutMs")
+    schema = specs.given(lower, "schema")
     if schema is not None and not schema.strip():
         raise OptionError("schema", schema, "a DDL string such as 'id BIGINT, name STRING' "
                           f"(or no schema option); it is {'empty' if not schema else 'blank'}")
-    wal = lower.get("wallocation")
+    wal = specs.given(lower, "walLocation")
     if wal is not None and not wal.strip():
         raise OptionError("walLocation", wal, "a local path or a filesystem URI pyarrow "
                           "understands (file:/path, hdfs://, s3://, ...); it is "
@@ -352,12 +552,6 @@ def _accepted(minimum: int, maximum: int) -> str:
     first = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     unit = " (milliseconds)" if maximum == MAX_MILLISECONDS else ""
     return f"{first}, at most {maximum}{unit}"
-
-
-def _int_option(options: Mapping[str, str], name: str, default: int, minimum: int,
-                maximum: int = MAX_COUNT) -> int:
-    value = optional_int_option(options, name, minimum, maximum)
-    return default if value is None else value
 
 
 def optional_int_option(options: Mapping[str, str], name: str, minimum: int,
