@@ -41,7 +41,8 @@ except ImportError:  # the Databricks Connect venvs, which run tests/databricks 
 ROOT = Path(__file__).parent
 NOT_RUN = "# not run by the tests:"
 # Blocks in these languages are data or output, never programs: they need no marker.
-DATA_LANGUAGES = frozenset({"text", "json", "toml", "yaml", "ini", "csv", "output", "none"})
+DATA_LANGUAGES = frozenset({"text", "json", "toml", "yaml", "ini", "conf", "csv", "output",
+                            "none"})
 _PRINTS = re.compile(r"^\s*# prints:(?: (?P<line>.*))?$")
 _CONTINUED = re.compile(r"^\s*#(?: (?P<line>.*))?$")
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
