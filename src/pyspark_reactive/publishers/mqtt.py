@@ -22,17 +22,17 @@ from reactive_streams.adapters.mqtt import (
 )
 
 from ..source.options import (
-    DEFAULT_MAX_RECORDS_PER_TRIGGER,
     MAX_MILLISECONDS,
+    SOURCE_OPTION_SPECS,
     OptionError,
-    choice_option,
-    optional_int_option,
+    OptionSpec,
+    OptionSpecs,
 )
 from ..source.rows import Undecodable
 from .columns import json_columns, keep_columns
 
 __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA",
-           "mqtt_publisher"]
+           "OPTION_SPECS", "mqtt_publisher"]
 
 #: The broker's window of unacknowledged QoS 1 messages: the most MQTT 5 allows, so that
 #: messages waiting to be durable never hold the stream up.
@@ -45,6 +45,86 @@ MESSAGE_SCHEMA = "topic STRING, payload BINARY, qos INT, retain BOOLEAN, timesta
 FORMATS = ("message", "json")
 BAD_PAYLOADS = ("fail", "skip")
 _BOOLEANS = {"true": True, "false": False}
+_BOOLEAN = "true or false"
+_HOST = "the broker's host name or address"
+_TOPIC = "a topic filter such as sensors/+/temperature or sensors/#"
+_PASSWORD = "a value only with username"
+_CA_CERTS = "a readable PEM file of certificate authorities"
+
+#: Every option the built-in ``mqtt`` reads (besides the source's ``maxRecordsPerTrigger``
+#: and ``walLocation``), in the order the reference shows them: the factory reads each
+#: through these definitions, which also fill the documentation's table.
+OPTION_SPECS = OptionSpecs([
+    OptionSpec("host", "The MQTT broker's host name or address.", accepted=_HOST,
+               required=True),
+    OptionSpec("port", "The broker's TCP port.", "int", 1883, minimum=1, maximum=65535),
+    OptionSpec(
+        "topic", "The topic filter subscribed to: `+` stands for one level, `#` (the whole "
+        "last level) for any number.", accepted=_TOPIC, required=True),
+    OptionSpec(
+        "qos", "The subscription's QoS: with 1, a message is acknowledged to the broker only "
+        "once the source says it is durable (written to the write-ahead log, or committed "
+        "by Spark without one); 0 is at-most-once.", "int", 1, minimum=0, maximum=1),
+    OptionSpec(
+        "clientId", "The client id, which names the broker's session: with one (and "
+        "`cleanStart` false) a restarted query resumes the session and gets every message "
+        "not acknowledged, so nothing is lost. Without one the broker assigns an id and "
+        "nothing survives a restart; a resumed session keeps the topics of earlier runs, "
+        "so give a new id when `topic` changes.", accepted="a client id (any text)",
+        shown_default="none: the broker assigns one"),
+    OptionSpec(
+        "cleanStart", "Whether the connection drops the session the broker kept for "
+        "`clientId` (and every message queued in it) rather than resuming it.",
+        accepted=f"{_BOOLEAN}; false only with clientId",
+        shown_default="false with a clientId, else true"),
+    OptionSpec(
+        "sessionExpiry", "Seconds the broker keeps the session (and queues its messages) "
+        "while the query is down; more than 0 only with `clientId`.", "int",
+        minimum=0, maximum=0xFFFFFFFF, shown_default="86400 with a clientId, else 0"),
+    OptionSpec("username", "The user name the client connects with.",
+               accepted="a user name", shown_default="none"),
+    OptionSpec("password", "The password the client connects with; errors never show it.",
+               accepted=f"{_PASSWORD}: MQTT sends no password without a user name",
+               shown_default="none"),
+    OptionSpec("tls", "Whether the connection uses TLS (with the system's certificate "
+               "authorities, unless `caCerts` names others).", accepted=_BOOLEAN,
+               shown_default="false"),
+    OptionSpec("caCerts", "A PEM file of the certificate authorities the broker's "
+               "certificate is checked against, on the machine of Spark's driver; implies "
+               "`tls`.", accepted=f"{_CA_CERTS}; no value with tls=false",
+               shown_default="none"),
+    OptionSpec(
+        "receiveMaximum", "The broker's window of QoS 1 messages not yet acknowledged. "
+        "Without `walLocation` it must exceed 2 × `maxRecordsPerTrigger`, since messages "
+        "are acknowledged only once Spark commits their batch, which it does when it plans "
+        "the next.", "int", minimum=1, maximum=65535,
+        shown_default=str(DEFAULT_RECEIVE_MAXIMUM)),
+    OptionSpec("keepalive", "Seconds between the client's keepalive pings; 0 for none.",
+               "int", 60, minimum=0, maximum=65535),
+    OptionSpec("connectTimeoutMs", "How long connecting to the broker may take before the "
+               "query fails.", "int", 10_000, minimum=1, maximum=MAX_MILLISECONDS),
+    OptionSpec(
+        "maxMessageBytes", "The largest message, counting its topic and a few bytes of "
+        "header, sent to the broker as the MQTT 5 Maximum Packet Size: the broker "
+        "*discards* larger messages for this client, without telling it, so raise it above "
+        "the largest message the topic carries.", "int", DEFAULT_MAX_MESSAGE_BYTES,
+        minimum=512, maximum=268_435_460),
+    OptionSpec("maxBufferedBytes", "Payload bytes read beyond the source's demand before "
+               "reading pauses.", "int", DEFAULT_MAX_BUFFERED_BYTES, minimum=1),
+    OptionSpec(
+        "format", "`message`: the columns `topic STRING, payload BINARY, qos INT, retain "
+        "BOOLEAN, timestamp TIMESTAMP`; `json`: each payload parsed as JSON into the schema "
+        "given (fields without a column are left out, as `from_json` does).", "choice",
+        "message", choices=FORMATS),
+    OptionSpec(
+        "badPayloads", "With `format=json`, what a message that cannot become a row does "
+        "(not JSON, JSON null, nested too deeply, or a value that does not fit the schema): "
+        "`fail` fails the query, naming its offset and why; `skip` leaves it out, "
+        "acknowledged in its turn, and the source logs per batch how many it left out and "
+        "the first of them.", "choice", "fail", choices=BAD_PAYLOADS),
+    OptionSpec("maxMessages", "The publisher completes after this many messages.", "int",
+               minimum=0, shown_default="none: endless"),
+])
 
 
 def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
@@ -60,29 +140,22 @@ def mqtt_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Parameters
     ----------
     options : mapping of str to str
-        ``host`` (required), ``port`` (default 1883), ``topic`` (required; a filter with
-        ``+``/``#`` wildcards), ``qos`` (0 or 1, default 1), ``clientId`` (default none:
+        The options of :data:`OPTION_SPECS`, each with its default, bounds and meaning
+        there: ``host`` and ``topic`` (a filter with ``+``/``#`` wildcards) are required;
+        ``port`` (default 1883); ``qos`` (0 or 1, default 1); ``clientId`` (default none:
         the broker assigns one and nothing survives a restart; a resumed session keeps
-        the topics of earlier runs, so give a new one when ``topic`` changes),
-        ``cleanStart`` (default false with a ``clientId``, true without),
-        ``sessionExpiry`` (seconds the broker keeps the session while the query is down;
-        default 86400 with a ``clientId``; refused without one), ``username``,
-        ``password`` (only with ``username``), ``tls`` (true/false, default false), ``caCerts``
-        (a PEM file of certificate authorities; implies ``tls``), ``receiveMaximum``
-        (1 to 65535, default 65535), ``keepalive`` (seconds, default 60),
-        ``connectTimeoutMs`` (default 10000), ``maxMessageBytes`` (the largest message,
-        counting its topic and a few bytes of header, sent to the broker as the MQTT 5
-        Maximum Packet Size; default 1048576; 512 to 268435460: the broker *discards*
-        larger messages for this client, without telling it, so raise it above the
-        largest message the topic carries), ``maxBufferedBytes`` (payload bytes read
-        beyond the source's demand before reading pauses; default 67108864),
-        ``format`` (``message``, default: the columns of :data:`MESSAGE_SCHEMA`;
-        ``json``: each payload parsed as JSON into the schema given), ``badPayloads``
-        (with ``format=json``: ``fail``, default, fails the query at a message that
-        cannot become a row: not JSON, JSON null, nested too deeply, or a value that
-        does not fit the schema, naming its offset and why; ``skip`` leaves each such
-        message out, acknowledged in its turn, and the source logs per batch how many it
-        left out and the first of them), ``maxMessages`` (complete after this many).
+        the topics of earlier runs, so give a new one when ``topic`` changes);
+        ``cleanStart`` (default false with a ``clientId``, true without);
+        ``sessionExpiry`` (seconds; default 86400 with a ``clientId``; refused without
+        one); ``username``, ``password`` (only with ``username``); ``tls``; ``caCerts``
+        (implies ``tls``); ``receiveMaximum`` (default 65535); ``keepalive``;
+        ``connectTimeoutMs``; ``maxMessageBytes`` (the MQTT 5 Maximum Packet Size: the
+        broker *discards* larger messages for this client, without telling it);
+        ``maxBufferedBytes``; ``format`` (``message``, default: the columns of
+        :data:`MESSAGE_SCHEMA`; ``json``: each payload parsed as JSON into the schema
+        given); ``badPayloads`` (with ``format=json``: ``fail``, default, or ``skip``);
+        ``maxMessages`` (complete after this many). It reads the source's
+        ``maxRecordsPerTrigger`` and ``walLocation`` too.
 
     Returns
     -------
@@ -113,43 +186,44 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
 '#' must be the whole last level (as in 'a/#'))
     """
     lower = {str(k).lower(): str(v) for k, v in options.items()}
-    host = lower.get("host", "").strip()
+    specs = OPTION_SPECS
+    given_host = specs.given(lower, "host")
+    host = (given_host or "").strip()
     if not host:
-        raise OptionError("host", lower.get("host"), "the broker's host name or address; "
-                                                     "it is required")
-    topic = _topic(lower.get("topic"))
-    port = optional_int_option(lower, "port", 1, 65535) or 1883
-    qos = optional_int_option(lower, "qos", 0, 1)
-    client_id = lower.get("clientid", "")
+        raise OptionError("host", given_host, f"{_HOST}; it is required")
+    topic = _topic(specs.given(lower, "topic"))
+    port = specs.read(lower, "port")
+    qos = specs.read(lower, "qos")
+    client_id = specs.given(lower, "clientId") or ""
     clean_start = _bool(lower, "cleanStart")
     if clean_start is False and not client_id:
-        raise OptionError("cleanStart", lower["cleanstart"],
+        raise OptionError("cleanStart", specs.given(lower, "cleanStart"),
                           "true, or set clientId: a session can only be resumed by its "
                           "client id")
-    session_expiry = optional_int_option(lower, "sessionExpiry", 0, 0xFFFFFFFF)
+    session_expiry = specs.read(lower, "sessionExpiry")
     if session_expiry and not client_id:
         # The broker would keep (and queue for) a session nobody can ever resume.
-        raise OptionError("sessionExpiry", lower["sessionexpiry"],
+        raise OptionError("sessionExpiry", specs.given(lower, "sessionExpiry"),
                           "0, or set clientId: a session can only be resumed by its client "
                           "id, and without one the broker would keep it for nothing")
-    username, password = lower.get("username"), lower.get("password")
+    username, password = specs.given(lower, "username"), specs.given(lower, "password")
     if password is not None and username is None:
-        raise OptionError("password", "(hidden)", "a value only with username: MQTT sends "
-                                                  "no password without a user name")
-    given_maximum = optional_int_option(lower, "receiveMaximum", 1, 65535)
+        raise OptionError("password", "(hidden)", f"{_PASSWORD}: MQTT sends no password "
+                                                  "without a user name")
+    given_maximum = specs.read(lower, "receiveMaximum")
     receive_maximum = given_maximum or DEFAULT_RECEIVE_MAXIMUM
-    per_trigger = optional_int_option(lower, "maxRecordsPerTrigger", 1)
-    per_trigger = per_trigger or DEFAULT_MAX_RECORDS_PER_TRIGGER
+    # The source's own option (it checks it too): the broker's window must fit two batches.
+    per_trigger = SOURCE_OPTION_SPECS.read(lower, "maxRecordsPerTrigger")
     _check_window(lower, qos, given_maximum, receive_maximum, per_trigger)
-    keepalive = optional_int_option(lower, "keepalive", 0, 65535)
-    connect_timeout = optional_int_option(lower, "connectTimeoutMs", 1, MAX_MILLISECONDS)
-    max_messages = optional_int_option(lower, "maxMessages", 0)
-    max_message_bytes = optional_int_option(lower, "maxMessageBytes", 512, 268_435_460)
-    max_buffered_bytes = optional_int_option(lower, "maxBufferedBytes", 1)
-    format = choice_option(lower, "format", FORMATS, "message")
-    bad_payloads = choice_option(lower, "badPayloads", BAD_PAYLOADS, "fail")
+    keepalive = specs.read(lower, "keepalive")
+    connect_timeout = specs.read(lower, "connectTimeoutMs")
+    max_messages = specs.read(lower, "maxMessages")
+    max_message_bytes = specs.read(lower, "maxMessageBytes")
+    max_buffered_bytes = specs.read(lower, "maxBufferedBytes")
+    format = specs.read(lower, "format")
+    bad_payloads = specs.read(lower, "badPayloads")
     if bad_payloads == "skip" and format != "json":
-        raise OptionError("badPayloads", lower["badpayloads"],
+        raise OptionError("badPayloads", specs.given(lower, "badPayloads"),
                           "fail, or skip only with format=json (format=message takes every "
                           "payload as it is)")
     decode = (functools.partial(_parse_json, columns=json_columns(options),
@@ -158,26 +232,25 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
     # skip: the source leaves out every element that cannot become a row (see _Skipping).
     kind = _Skipping if bad_payloads == "skip" else MqttPublisher
     return kind(
-        host, topic, port=port, qos=1 if qos is None else qos, client_id=client_id,
+        host, topic, port=port, qos=qos, client_id=client_id,
         clean_start=clean_start, session_expiry=session_expiry,
         username=username, password=password, tls=_tls(lower),
         receive_maximum=receive_maximum,
         # Beyond the source's demand (maxRecordsPerTrigger), hold at most one batch more.
         max_buffered=min(receive_maximum, per_trigger),
-        max_message_bytes=max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
-        max_buffered_bytes=max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
-        keepalive=60 if keepalive is None else keepalive,
-        connect_timeout=(connect_timeout or 10_000) / 1000, max_messages=max_messages,
-        acknowledge="on_durable", decode=decode)
+        max_message_bytes=max_message_bytes, max_buffered_bytes=max_buffered_bytes,
+        keepalive=keepalive, connect_timeout=connect_timeout / 1000,
+        max_messages=max_messages, acknowledge="on_durable", decode=decode)
 
 
-def _check_window(options: Mapping[str, str], qos: int | None, given: int | None,
+def _check_window(options: Mapping[str, str], qos: int, given: int | None,
                   receive_maximum: int, per_trigger: int) -> None:
     """Without a log, QoS 1 messages are acknowledged only once Spark commits their batch,
     which it does when it plans the next: the broker's window must hold the batch Spark
     works on and a whole next one (with only one, each next batch would be whatever one
     message fits in beside it)."""
-    if "wallocation" in options or qos == 0 or receive_maximum > 2 * per_trigger:
+    if (SOURCE_OPTION_SPECS.given(options, "walLocation") is not None or qos == 0
+            or receive_maximum > 2 * per_trigger):
         return
     why = ("without a log, messages are acknowledged only once Spark commits their batch, "
            "which it does when it plans the next")
@@ -187,7 +260,9 @@ def _check_window(options: Mapping[str, str], qos: int | None, given: int | None
                           f"walLocation ({why}); set walLocation, raise receiveMaximum or "
                           f"lower maxRecordsPerTrigger")
     default = "" if given else ", the default"
-    raise OptionError("maxRecordsPerTrigger", options.get("maxrecordspertrigger", per_trigger),
+    given_per_trigger = SOURCE_OPTION_SPECS.given(options, "maxRecordsPerTrigger")
+    raise OptionError("maxRecordsPerTrigger",
+                      per_trigger if given_per_trigger is None else given_per_trigger,
                       f"at most {(receive_maximum - 1) // 2} without walLocation: "
                       f"receiveMaximum ({receive_maximum}{default}; at most 65535) must "
                       f"exceed 2 x maxRecordsPerTrigger ({why}); set walLocation or lower "
@@ -198,7 +273,7 @@ def default_schema(options: Mapping[str, str]) -> str:
     """The rows' schema when none is given: :data:`MESSAGE_SCHEMA`; ``format=json`` has
     none (an :class:`OptionError` asks for one)."""
     lower = {str(k).lower(): str(v) for k, v in options.items()}
-    if choice_option(lower, "format", FORMATS, "message") == "json":
+    if OPTION_SPECS.read(lower, "format") == "json":
         raise OptionError("schema", None,
                           "format=json parses each payload into the schema given, so give "
                           "one: .schema('id BIGINT, value DOUBLE'); for the raw messages use "
@@ -208,6 +283,7 @@ def default_schema(options: Mapping[str, str]) -> str:
 
 
 mqtt_publisher.default_schema = default_schema  # type: ignore[attr-defined]
+mqtt_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 
 
 def _columns(message: MqttMessage) -> dict[str, Any]:
@@ -252,28 +328,27 @@ def _parse_json(message: MqttMessage, columns: frozenset[str] | None = None,
 
 
 def _topic(text: str | None) -> str:
-    accepted = "a topic filter such as sensors/+/temperature or sensors/#"
     if text is None or not text.strip():
-        raise OptionError("topic", text, f"{accepted}; it is required")
+        raise OptionError("topic", text, f"{_TOPIC}; it is required")
     try:
         return check_topic_filter(text)
     except ValueError as error:
-        raise OptionError("topic", text, f"{accepted} ({error})") from None
+        raise OptionError("topic", text, f"{_TOPIC} ({error})") from None
 
 
 def _bool(options: Mapping[str, str], name: str) -> bool | None:
-    text = options.get(name.lower())
+    text = OPTION_SPECS.given(options, name)
     if text is None:
         return None
     value = _BOOLEANS.get(text.strip().lower())
     if value is None:
-        raise OptionError(name, text, "true or false")
+        raise OptionError(name, text, _BOOLEAN)
     return value
 
 
 def _tls(options: Mapping[str, str]) -> bool | ssl.SSLContext:
     tls = _bool(options, "tls")
-    ca_certs = options.get("cacerts")
+    ca_certs = OPTION_SPECS.given(options, "caCerts")
     if ca_certs is None:
         return bool(tls)
     if tls is False:
@@ -282,5 +357,5 @@ def _tls(options: Mapping[str, str]) -> bool | ssl.SSLContext:
         return ssl.create_default_context(cafile=ca_certs)
     except (OSError, ssl.SSLError) as error:
         raise OptionError("caCerts", ca_certs,
-                          f"a readable PEM file of certificate authorities ({error})") from None
+                          f"{_CA_CERTS} ({error})") from None
 

@@ -11,11 +11,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from reactive_streams import Publisher
+from reactive_streams.adapters.rsocket import (
+    DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_ROUTE_BYTES,
+    MAX_TOKEN_BYTES,
+    RSocketPublisher,
+)
 
-from ..source.options import OptionError, choice_option, optional_int_option, read_option_file
+from ..source.options import OptionError, OptionSpec, OptionSpecs, read_option_file
 from .columns import json_columns, keep_columns
 
-__all__ = ["FORMATS", "rsocket_publisher"]
+__all__ = ["FORMATS", "OPTION_SPECS", "rsocket_publisher"]
 
 #: ``format`` -> (the data MIME type announced in SETUP, the payload decoder).
 FORMATS: dict[str, tuple[str, Callable[[bytes], Any] | None]] = {
@@ -23,6 +31,56 @@ FORMATS: dict[str, tuple[str, Callable[[bytes], Any] | None]] = {
     "text": ("text/plain", lambda data: data.decode("utf-8")),
     "json": ("application/json", json.loads),
 }
+# RSocket over TCP gives a frame a 3-byte length.
+_MAX_FRAME_BYTES = (1 << 24) - 1
+# A token is never shown, in errors either.
+_HIDDEN = "(hidden)"
+_HOST = "the RSocket server's host name or address"
+_ROUTE = "a route name (sent as routing metadata)"
+_ROUTE_BYTES = f"at most {MAX_ROUTE_BYTES} bytes in UTF-8"
+_TOKEN = f"a token of 1 to {MAX_TOKEN_BYTES} bytes in UTF-8 (the RSocket service's)"
+_TOKEN_FILE_HOLDING = "the RSocket service's token"
+
+#: Every option the built-in ``rsocket`` reads, in the order the reference shows them: the
+#: factory reads each through these definitions, which also fill the documentation's table.
+OPTION_SPECS = OptionSpecs([
+    OptionSpec("host", "The RSocket server's host name or address.", accepted=_HOST,
+               required=True),
+    OptionSpec("port", "The RSocket server's TCP port.", "int", minimum=1, maximum=65535,
+               required=True),
+    OptionSpec("route", "The route of the request-stream, sent as routing metadata.",
+               accepted=f"{_ROUTE}, {_ROUTE_BYTES}", shown_default="none"),
+    OptionSpec(
+        "data", "The request's data, as UTF-8 text. `{offset}` in it is replaced by the "
+        "offset of the stream's next element (the count of elements the write-ahead log "
+        "holds), so a server that can start from a position (`data=from={offset}`) makes "
+        "the stream resumable.", accepted="any text", shown_default="empty"),
+    OptionSpec(
+        "format", "`bytes`: each payload's data as a `value BINARY` row; `text`: UTF-8 "
+        "text, `value STRING`; `json`: parsed into the schema given (`.schema(...)` or the "
+        "`schema` option), an object by column name (fields without a column are left "
+        "out), an array by position.", "choice", "bytes", choices=tuple(FORMATS)),
+    OptionSpec(
+        "keepaliveTimeout", "Seconds without a KEEPALIVE answer after which the query fails "
+        "with the server's address: a server that stops answering is noticed between this "
+        "and twice this long after its last answer.", "int", int(DEFAULT_KEEPALIVE_TIMEOUT),
+        minimum=2, maximum=86400),
+    OptionSpec(
+        "token", "Presented in the SETUP frame as a bearer token (what `serve` and "
+        "`serve_publisher` ask for). Errors never show it; Spark's plan shows it redacted "
+        "as long as `spark.redaction.regex` matches `token` (its default does).",
+        accepted=f"{_TOKEN}; not with tokenFile", shown_default="none"),
+    OptionSpec(
+        "tokenFile", "Instead of `token`: a file on the driver's machine holding the token, "
+        "read where the publisher is made, so the token never travels in the options "
+        "(what `expose()` gives).",
+        accepted="the absolute path of a readable file (UTF-8) holding "
+        f"{_TOKEN_FILE_HOLDING}, on the machine of Spark's driver", shown_default="none"),
+    OptionSpec(
+        "maxPayloadBytes", "The largest payload taken from the server, whole or in "
+        "fragments: a larger one fails the query, saying so, before it is buffered.",
+        "int", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1024, maximum=_MAX_FRAME_BYTES),
+])
 
 
 def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
@@ -40,25 +98,20 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Parameters
     ----------
     options : mapping of str to str
-        ``host`` (required); ``port`` (required, 1 to 65535); ``route`` (sent as routing
-        metadata; omitted: none); ``data`` (the request's data, as UTF-8 text, with
-        ``{offset}`` replaced as above; omitted: empty); ``format``: ``bytes`` (default:
-        each payload's data as a ``value BINARY`` row), ``text`` (UTF-8 text, ``value
-        STRING``) or ``json`` (parsed, into the schema given with ``.schema(...)`` or the
-        ``schema`` option: an object by column name, an array by position);
-        ``keepaliveTimeout``: seconds without a KEEPALIVE answer after which the query
-        fails with the server's address (2 to 86400; default 30; a server that stops
-        answering is noticed between this and twice this long after its last answer);
-        ``token``: presented in the SETUP frame as a bearer token (what
-        :func:`~reactive_streams.adapters.rsocket.serve` and ``serve_publisher`` ask
-        for); errors never show it, and Spark's plan shows it redacted as long as
-        ``spark.redaction.regex`` matches ``token`` (its default does);
-        ``tokenFile`` (instead of ``token``: the absolute path of a file on the driver's
-        machine holding the token, read where the publisher is made, so the token never
-        travels in the options; what :func:`~pyspark_reactive.expose` gives);
-        ``maxPayloadBytes``: the largest payload taken from the server, whole or in
-        fragments (1024 to 16777215; default 4194304): a larger one fails the query,
-        saying so, before it is buffered.
+        The options of :data:`OPTION_SPECS`, each with its default, bounds and meaning
+        there: ``host`` and ``port`` are required; ``route`` (sent as routing metadata;
+        omitted: none); ``data`` (the request's data, as UTF-8 text, with ``{offset}``
+        replaced as above; omitted: empty); ``format``: ``bytes`` (default: ``value
+        BINARY``), ``text`` (``value STRING``) or ``json`` (parsed into the schema given:
+        an object by column name, an array by position); ``keepaliveTimeout`` (seconds
+        without a KEEPALIVE answer after which the query fails; default 30); ``token``
+        (presented in the SETUP frame as a bearer token, what
+        :func:`~reactive_streams.adapters.rsocket.serve` and ``serve_publisher`` ask for;
+        errors never show it, and Spark's plan shows it redacted as long as
+        ``spark.redaction.regex`` matches ``token``) or ``tokenFile`` (the absolute path
+        of a file on the driver's machine holding it, so the token never travels in the
+        options; what :func:`~pyspark_reactive.expose` gives); ``maxPayloadBytes`` (the
+        largest payload taken from the server; default 4194304).
 
     Returns
     -------
@@ -81,75 +134,51 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     ...                                  ResumePoint(offset=1200))).data
     b'from=1200'
     """
-    from reactive_streams.adapters.rsocket import (
-        DEFAULT_KEEPALIVE_INTERVAL,
-        DEFAULT_KEEPALIVE_TIMEOUT,
-        DEFAULT_MAX_PAYLOAD_BYTES,
-        MAX_ROUTE_BYTES,
-        RSocketPublisher,
-    )
-
     lower = {k.lower(): v for k, v in options.items()}
-    host = lower.get("host")
+    specs = OPTION_SPECS
+    host = specs.given(lower, "host")
     if host is None or not host.strip():
-        raise OptionError("host", host, "the RSocket server's host name or address; it is "
-                          "required with publisher=rsocket")
-    port = optional_int_option(lower, "port", 1, 65535)
-    if port is None:
+        raise OptionError("host", host, f"{_HOST}; it is required with publisher=rsocket")
+    if specs.given(lower, "port") is None:
         raise OptionError("port", None, "an integer from 1 to 65535, the RSocket server's TCP "
                           "port; it is required with publisher=rsocket")
-    route = lower.get("route")
+    port = specs.read(lower, "port")
+    route = specs.given(lower, "route")
     if route is not None and not route.strip():
-        raise OptionError("route", route, "a route name (sent as routing metadata), or no "
-                          "route option for none")
+        raise OptionError("route", route, f"{_ROUTE}, or no route option for none")
     if route is not None and len(route.encode("utf-8")) > MAX_ROUTE_BYTES:
-        raise OptionError("route", route, f"at most {MAX_ROUTE_BYTES} bytes in UTF-8 (RSocket's "
-                          "routing tag)")
-    keepalive_timeout = optional_int_option(lower, "keepaliveTimeout", 2, 86400)
-    max_payload = optional_int_option(lower, "maxPayloadBytes", 1024, _MAX_FRAME_BYTES)
-    token = _token(lower.get("token"), lower.get("tokenfile"))
-    format = choice_option(lower, "format", FORMATS, "bytes")
+        raise OptionError("route", route, f"{_ROUTE_BYTES} (RSocket's routing tag)")
+    keepalive_timeout = specs.read(lower, "keepaliveTimeout")
+    max_payload = specs.read(lower, "maxPayloadBytes")
+    token = _token(specs.given(lower, "token"), specs.given(lower, "tokenFile"))
+    format = specs.read(lower, "format")
     mime_type, decode = FORMATS[format]
     if format == "json":
         # Fields the rows have no column for are left out, as from_json does.
         decode = functools.partial(_json_row, columns=json_columns(options))
     resume = getattr(options, "resume", None)
     offset = resume.offset if resume is not None else 0
-    data = lower.get("data", "").replace("{offset}", str(offset))
-    timeout = (DEFAULT_KEEPALIVE_TIMEOUT if keepalive_timeout is None
-               else float(keepalive_timeout))
+    data = (specs.given(lower, "data") or "").replace("{offset}", str(offset))
+    timeout = float(keepalive_timeout)
     return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
                             data_mime_type=mime_type, keepalive_timeout=timeout,
                             keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4),
-                            token=token,
-                            max_payload_bytes=max_payload or DEFAULT_MAX_PAYLOAD_BYTES)
-
-
-# RSocket over TCP gives a frame a 3-byte length.
-_MAX_FRAME_BYTES = (1 << 24) - 1
-# A token is never shown, in errors either.
-_HIDDEN = "(hidden)"
+                            token=token, max_payload_bytes=max_payload)
 
 
 def _token(token: str | None, path: str | None) -> str | None:
-    from reactive_streams.adapters.rsocket import MAX_TOKEN_BYTES  # the adapter's limit
-
     if path is not None:
         if token is not None:
             raise OptionError("tokenFile", path, "either token or tokenFile, not both (token "
                                                  "is given too)")
         token = _read_token_file(path)
     elif token is not None and (not token.strip() or len(token.encode()) > MAX_TOKEN_BYTES):
-        raise OptionError("token", _HIDDEN, f"a token of 1 to {MAX_TOKEN_BYTES} bytes in "
-                                            "UTF-8 (the RSocket service's)")
+        raise OptionError("token", _HIDDEN, _TOKEN)
     return token
 
 
 def _read_token_file(path: str) -> str:
-    from reactive_streams.adapters.rsocket import MAX_TOKEN_BYTES
-
-    token = read_option_file("tokenFile", path, "the RSocket service's token",
-                             MAX_TOKEN_BYTES).strip()
+    token = read_option_file("tokenFile", path, _TOKEN_FILE_HOLDING, MAX_TOKEN_BYTES).strip()
     if not token:
         # What it holds is never shown: only that it cannot be a token.
         raise OptionError("tokenFile", path, "the absolute path of a file holding the RSocket "
@@ -164,7 +193,7 @@ def _json_row(data: bytes, columns: frozenset[str] | None) -> Any:
 
 def _default_schema(options: Mapping[str, str]) -> str:
     lower = {k.lower(): v for k, v in options.items()}
-    name = choice_option(lower, "format", FORMATS, "bytes")
+    name = OPTION_SPECS.read(lower, "format")
     if name == "json":
         raise OptionError("schema", None, "a schema with format=json, which parses each "
                           "payload into it: .schema('id BIGINT, name STRING') or the schema "
@@ -173,3 +202,4 @@ def _default_schema(options: Mapping[str, str]) -> str:
 
 
 rsocket_publisher.default_schema = _default_schema  # type: ignore[attr-defined]
+rsocket_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]

@@ -20,19 +20,56 @@ from reactive_streams.adapters.websocket import (
 from ..source.options import (
     MAX_MILLISECONDS,
     OptionError,
-    choice_option,
-    optional_int_option,
+    OptionSpec,
+    OptionSpecs,
     read_option_file,
 )
 from .columns import json_columns
 
-__all__ = ["DEFAULT_OPEN_TIMEOUT_MS", "websocket_publisher"]
+__all__ = ["DEFAULT_OPEN_TIMEOUT_MS", "OPTION_SPECS", "websocket_publisher"]
 
 DEFAULT_OPEN_TIMEOUT_MS = 10_000
 DEFAULT_MAX_MESSAGE_BYTES = 2**20
 _SCHEMAS = {"text": "value STRING", "bytes": "value BINARY"}
 _HEADERS_ACCEPTED = ("a JSON object of header names to string values, such as "
                      "'{\"Authorization\": \"Bearer x\"}'")
+_URL_ACCEPTED = "a ws:// or wss:// URL such as ws://127.0.0.1:8765/feed"
+
+#: Every option the built-in ``websocket`` reads, in the order the reference shows them:
+#: the factory reads each through these definitions, which also fill the documentation's
+#: table.
+OPTION_SPECS = OptionSpecs([
+    OptionSpec(
+        "url", "The WebSocket server's URL; shown everywhere without its `user:password@`, "
+        "query string and fragment.", accepted=_URL_ACCEPTED, required=True),
+    OptionSpec(
+        "format", "`text`: one `value STRING` row per message; `bytes`: `value BINARY`; "
+        "`json`: each message parsed into the schema given, objects by field name (fields "
+        "without a column are left out, as `from_json` does).", "choice", "text",
+        choices=FORMATS),
+    OptionSpec(
+        "headers", "Extra handshake headers, names HTTP tokens, values without line breaks; "
+        "`Host`, `Upgrade`, `Connection` and `Sec-WebSocket-*` are refused. Errors never "
+        "show the value, but the plan (`explain()`) does unless "
+        "`spark.sql.redaction.options.regex` names it: see `headersFile`.",
+        accepted=f"{_HEADERS_ACCEPTED}; not with headersFile", shown_default="none"),
+    OptionSpec(
+        "headersFile", "Instead of `headers`: a file on the driver's machine holding that "
+        "JSON object, read where the publisher is made, so the header values never travel "
+        "in the options or show in the plan.",
+        accepted="the absolute path of a readable file (UTF-8) holding "
+        f"{_HEADERS_ACCEPTED}, on the machine of Spark's driver", shown_default="none"),
+    OptionSpec("openTimeoutMs", "How long opening the connection (with its handshake) may "
+               "take before the query fails.", "int", DEFAULT_OPEN_TIMEOUT_MS, minimum=1,
+               maximum=MAX_MILLISECONDS),
+    OptionSpec(
+        "receiveBufferBytes", "The socket's `SO_RCVBUF`: bounds what the kernel holds beyond "
+        "demand, and over `wss://` what the TLS layer reads ahead. With it, HTTP redirects "
+        "are not followed.", "int", minimum=1, maximum=2**31 - 1,
+        shown_default="the system's (64 KiB for the TLS layer)"),
+    OptionSpec("maxMessageBytes", "The largest message taken from the server: a larger one "
+               "fails the query.", "int", DEFAULT_MAX_MESSAGE_BYTES, minimum=1),
+])
 
 
 def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
@@ -48,25 +85,18 @@ def websocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Parameters
     ----------
     options : mapping of str to str
-        ``url`` (required: ``ws://`` or ``wss://``; shown everywhere without its
+        The options of :data:`OPTION_SPECS`, each with its default, bounds and meaning
+        there: ``url`` (required: ``ws://`` or ``wss://``; shown everywhere without its
         ``user:password@``, query string and fragment); ``format`` (``text``, default:
         one ``value STRING`` per message; ``bytes``: ``value BINARY``; ``json``: each
-        message parsed into the schema given, objects by field name: a field the schema
-        does not name fails the query, so for feeds with more fields read ``format=text``
-        and parse with ``from_json``, which ignores them);
-        ``headers`` (a JSON object of extra handshake headers: names HTTP tokens, values
-        without line breaks; ``Host``, ``Upgrade``, ``Connection`` and
-        ``Sec-WebSocket-*`` are refused; an option's value shows in ``explain()`` unless
-        ``spark.sql.redaction.options.regex`` names it, see ``headersFile``);
-        ``headersFile`` (instead of ``headers``: the absolute path of a file on the
-        driver's machine holding that JSON object, read where the publisher is made, so
-        the header values never travel in the options or show in the plan);
-        ``openTimeoutMs`` (default 10000);
-        ``receiveBufferBytes`` (``SO_RCVBUF``: bounds what the kernel holds beyond
-        demand, and over ``wss://`` what the TLS layer reads ahead; default: the
-        system's, and 64 KiB for the TLS layer; with it, HTTP redirects are not
-        followed); ``maxMessageBytes`` (default 1048576; a larger message fails the
-        query).
+        message parsed into the schema given, objects by field name, fields without a
+        column left out); ``headers`` (a JSON object of extra handshake headers; its value
+        shows in ``explain()`` unless ``spark.sql.redaction.options.regex`` names it) or
+        ``headersFile`` (the absolute path of a file on the driver's machine holding that
+        object, so the header values never travel in the options or show in the plan);
+        ``openTimeoutMs`` (default 10000); ``receiveBufferBytes`` (``SO_RCVBUF``; with
+        it, HTTP redirects are not followed); ``maxMessageBytes`` (default 1048576; a
+        larger message fails the query).
 
     Returns
     -------
@@ -103,17 +133,16 @@ isn't a valid URI: scheme isn't ws or wss)
     WebSocketPublisher('wss://***@127.0.0.1:8765/feed?***', format='text')
     """
     lower = {str(k).lower(): str(v) for k, v in options.items()}
-    url = _url(lower.get("url"))
-    format = choice_option(lower, "format", FORMATS, "text")
-    headers = _headers(lower.get("headers"), lower.get("headersfile"))
-    open_timeout = optional_int_option(lower, "openTimeoutMs", 1, MAX_MILLISECONDS)
-    receive_buffer = optional_int_option(lower, "receiveBufferBytes", 1, 2**31 - 1)
-    max_message = optional_int_option(lower, "maxMessageBytes", 1, 2**63 - 1)
+    specs = OPTION_SPECS
+    url = _url(specs.given(lower, "url"))
+    format = specs.read(lower, "format")
+    headers = _headers(specs.given(lower, "headers"), specs.given(lower, "headersFile"))
+    open_timeout = specs.read(lower, "openTimeoutMs")
+    receive_buffer = specs.read(lower, "receiveBufferBytes")
+    max_message = specs.read(lower, "maxMessageBytes")
     return WebSocketPublisher(
-        url, format=format, headers=headers,
-        open_timeout=(open_timeout or DEFAULT_OPEN_TIMEOUT_MS) / 1000,
-        receive_buffer=receive_buffer,
-        max_message_bytes=max_message or DEFAULT_MAX_MESSAGE_BYTES,
+        url, format=format, headers=headers, open_timeout=open_timeout / 1000,
+        receive_buffer=receive_buffer, max_message_bytes=max_message,
         # format=json: fields the rows have no column for are left out, as from_json does.
         fields=json_columns(options) if format == "json" else None)
 
@@ -123,7 +152,7 @@ def default_schema(options: Mapping[str, str]) -> str:
     ``value BINARY`` for ``bytes``; ``json`` has none (an :class:`OptionError` asks for
     one)."""
     lower = {str(k).lower(): str(v) for k, v in options.items()}
-    format = choice_option(lower, "format", FORMATS, "text")
+    format = OPTION_SPECS.read(lower, "format")
     if format == "json":
         raise OptionError("schema", None,
                           "format=json parses each message into the schema given, so give "
@@ -134,10 +163,11 @@ def default_schema(options: Mapping[str, str]) -> str:
 
 
 websocket_publisher.default_schema = default_schema  # type: ignore[attr-defined]
+websocket_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 
 
 def _url(url: str | None) -> str:
-    accepted = "a ws:// or wss:// URL such as ws://127.0.0.1:8765/feed"
+    accepted = _URL_ACCEPTED
     if url is None or not url.strip():
         raise OptionError("url", url, f"{accepted}; it is required")
     problem = url_problem(url.strip())
