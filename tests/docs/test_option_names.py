@@ -6,8 +6,11 @@ prose and tables (a backticked name that is close to an option's but not one is 
 a misspelling of it). What is accepted comes from the declarative definitions the code
 validates with: the source's ``SOURCE_OPTION_SPECS`` and each built-in publisher's
 ``option_specs``; plus the few options of Spark's own readers and writers the pages use,
-and the options a page's own factory reads. The reference's generated tables must list
-every accepted option: ``test_site.py`` checks the built pages.
+and the options a page's own factory reads. Names compare case-insensitively, as Spark's
+options do. A page that shows a misspelt name on purpose (to show the warning it gets)
+lists it in a comment line, ``% misspelt on purpose: maxRecordPerTrigger`` in MyST or
+``<!-- misspelt on purpose: ... -->`` in the README. The reference's generated tables
+must list every accepted option: ``test_site.py`` checks the built pages.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ SPARK_OPTIONS = frozenset({"checkpointLocation", "path", "mergeSchema", "header"
 MISSPELT = 0.85
 _BACKTICKED = re.compile(r"`([A-Za-z][A-Za-z0-9]*)`")
 _CAMEL = re.compile(r"^[a-z]+[A-Z][A-Za-z0-9]*$")
+_ON_PURPOSE = re.compile(r"^(?:%|<!--)\s*misspelt on purpose:\s*(.*?)\s*(?:-->)?\s*$", re.M)
 _FACTORY_READS = re.compile(r"""(?:options|lower)(?:\.get\(|\[)\s*["']([A-Za-z]\w*)["']""")
 
 
@@ -60,6 +64,12 @@ def _code_of(path: Path) -> list[tuple[int, str]]:
             if b.language in ("python", "py")]
 
 
+def on_purpose(text: str) -> set[str]:
+    """The names a page says it misspells on purpose."""
+    return {name.strip() for found in _ON_PURPOSE.findall(text)
+            for name in found.split(",") if name.strip()}
+
+
 def options_in_code(source: str) -> list[str]:
     """Options a piece of Python passes to readers: .option, .options, read_stream."""
     lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
@@ -86,10 +96,11 @@ def options_in_code(source: str) -> list[str]:
 def test_the_options_a_page_uses_are_accepted(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     own = set(_FACTORY_READS.findall(text))  # read by a factory the page defines
+    own |= on_purpose(text)
     problems = []
     for line, code in _code_of(path):
         for name in options_in_code(code):
-            if name in ACCEPTED or name in own or name == "schema":
+            if name.lower() in ACCEPTED_LOWER or name in own:
                 continue
             close = difflib.get_close_matches(name, ACCEPTED, n=1, cutoff=0.6)
             problems.append(f"block at line {line}: option {name!r} is accepted by nothing"
@@ -101,11 +112,9 @@ def test_the_options_a_page_uses_are_accepted(path: Path) -> None:
 def test_no_option_is_misspelt_in_the_prose(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     problems = set()
+    meant = on_purpose(text)
     for name in _BACKTICKED.findall(text):
-        if name in ACCEPTED or not _CAMEL.match(name):
-            continue
-        if name.lower() in ACCEPTED_LOWER:
-            problems.add(f"`{name}` is spelt `{ACCEPTED_LOWER[name.lower()]}` in the code")
+        if name.lower() in ACCEPTED_LOWER or name in meant or not _CAMEL.match(name):
             continue
         close = difflib.get_close_matches(name.lower(), ACCEPTED_LOWER, n=1, cutoff=MISSPELT)
         if close:
@@ -118,6 +127,9 @@ def test_the_checks_find_what_they_must() -> None:
             'read_stream(spark, f, walSyncMs=5)\nx.options(fillWaitMs=1)\n')
     assert sorted(options_in_code(code)) == ["fillWaitMs", "maxRecordPerTrigger", "walSyncMs"]
     assert "maxRecordsPerTrigger" in ACCEPTED and "maxRecordPerTrigger" not in ACCEPTED
+    assert on_purpose("x\n% misspelt on purpose: maxRecordPerTrigger, fillWait\n"
+                      "<!-- misspelt on purpose: walSyncMS -->\n") == {
+        "maxRecordPerTrigger", "fillWait", "walSyncMS"}
     assert difflib.get_close_matches("maxrecordpertrigger", ACCEPTED_LOWER, n=1,
                                      cutoff=MISSPELT) == ["maxrecordspertrigger"]
     # Every built-in publisher declares its options.
