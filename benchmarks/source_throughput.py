@@ -62,7 +62,7 @@ from pyspark.sql.types import StructType
 from memory import SOURCE_RUNNER, ProcessTreeMemory
 from pyspark_reactive import local_session, read_stream
 from pyspark_reactive.source.arrow_elements import arrow_batches
-from pyspark_reactive.source.reader import PARTITION_BYTES
+from pyspark_reactive.source.partitions import PARTITION_BYTES
 from pyspark_reactive.source.rows import arrow_schema
 from reactive_streams import IterablePublisher, Publisher
 from report import Figure, write

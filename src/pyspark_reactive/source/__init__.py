@@ -6,14 +6,20 @@ A row's way through it, module by module:
   built-in publishers by name.
 - :mod:`~pyspark_reactive.source.reader`: what Spark calls (``DefaultSource``, its stream
   reader) and :func:`~pyspark_reactive.read_stream`.
-- :mod:`~pyspark_reactive.source.demand_buffer`: the subscriber to the publisher, holding
-  its elements within a demand window.
-- :mod:`~pyspark_reactive.source.intake`: elements converted to Arrow
-  (:mod:`~pyspark_reactive.source.rows`, :mod:`~pyspark_reactive.source.arrow_elements`)
-  and made durable in the write-ahead log (:mod:`~pyspark_reactive.source.wal`) as they
-  arrive.
-- :mod:`~pyspark_reactive.source.durability`: how a publisher resumes, or acknowledges
-  what is durable, so that a hard kill loses nothing.
-- :mod:`~pyspark_reactive.source.admission`: how much a micro-batch may take, as the
-  Spark line allows.
+- :mod:`~pyspark_reactive.source.run`: one query run in Spark's source runner, which the
+  reader's calls go to; it holds the parts below.
+- :mod:`~pyspark_reactive.source.upstream`: the subscription to the publisher (made by its
+  factory, :mod:`~pyspark_reactive.source.durability` saying where it resumes), with
+  :mod:`~pyspark_reactive.source.demand_buffer`, the subscriber that holds the publisher's
+  elements within a demand window, and :mod:`~pyspark_reactive.source.intake`, which
+  converts them to Arrow (:mod:`~pyspark_reactive.source.rows`,
+  :mod:`~pyspark_reactive.source.arrow_elements`) and makes them durable as they arrive.
+- :mod:`~pyspark_reactive.source.admission`: how much each micro-batch takes (the Spark
+  line's admission control, ``availableNow``) and how long it waits to fill.
+- :mod:`~pyspark_reactive.source.wal` and :mod:`~pyspark_reactive.source.run_log`: the
+  write-ahead log, and what a run does with it (rows a stopped run left, claims, commits).
+- :mod:`~pyspark_reactive.source.partitions`: a batch's rows as Arrow inside the
+  partitions that travel to the executors.
+- :mod:`~pyspark_reactive.source.termination`: how a run ends (SIGTERM, an orphaned runner,
+  ``stop()``).
 """

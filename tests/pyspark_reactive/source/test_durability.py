@@ -26,7 +26,8 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from pyspark_reactive.source.options import parse_source_options
-from pyspark_reactive.source.reader import ArrowPartition, ReactiveStreamReader
+from pyspark_reactive.source.partitions import ArrowPartition
+from pyspark_reactive.source.reader import ReactiveStreamReader
 from pyspark_reactive.source.wal import WalEntry, WriteAheadLog
 from reactive_streams import Publisher, RangePublisher, Subscriber
 

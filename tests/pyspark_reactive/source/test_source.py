@@ -270,7 +270,7 @@ schema = StructType([StructField("value", LongType())])
 reader = ReactiveStreamReader(options, schema, None)
 reader.initialOffset()
 assert reader.latestOffset({"offset": 0}, None) == {"offset": 100}
-assert reader._run.buffer.wait(100, timeout=10)  # the refill has arrived: 100 rows held
+assert reader._run.upstream.buffer.wait(100, timeout=10)  # the refill has arrived: 100 rows held
 write = WriteAheadLog.write
 
 def sigterm_then_write(self, *args):
