@@ -27,7 +27,8 @@ from ..errors import PySparkReactiveError
 
 __all__ = ["SubscriberForeachWriter", "TaskGone"]
 
-log = logging.getLogger(__name__)
+# The name users configure (docs/reference/foreach-writer.md), kept from before sink/.
+log = logging.getLogger("pyspark_reactive.foreach_writer")
 
 # How often a wait for demand looks whether Spark is still running the task.
 _TASK_POLL_S = 0.5
