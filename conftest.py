@@ -135,14 +135,16 @@ def _page_setup(namespace: dict[str, Any]) -> None:
 
 
 if Sybil is not None:
-    pytest_collect_file = Sybil(
+    SYBIL = Sybil(
         parsers=[ExampleParser()],
-        patterns=["README.md", "docs/*.md", "docs/**/*.md"],
+        # PurePath.match (Python 3.11) takes "**" for one folder: each depth is named.
+        patterns=["README.md", "docs/*.md", "docs/*/*.md", "docs/*/*/*.md"],
         excludes=["docs/_build/**"],
         path=".",
         fixtures=["docs_spark"],
         setup=_page_setup,
-    ).pytest()
+    )
+    pytest_collect_file = SYBIL.pytest()
 else:
     def pytest_collect_file(file_path: Path, parent: Any) -> None:
         if file_path.suffix == ".md":
