@@ -362,8 +362,9 @@ class SourceOptions:
         those the source holds when the trigger starts; then the query ends. Default
         100 times ``maxRecordsPerTrigger``. Where Spark has no admission control for
         Python sources (``pyspark.sql.streaming.datasource`` missing: Spark 4.0/4.1,
-        :data:`~pyspark_reactive.source.ADMISSION_CONTROL`), Spark runs ``availableNow``
-        as a single micro-batch and the source cannot see the trigger: there, given
+        :data:`~pyspark_reactive.source.admission.ADMISSION_CONTROL`), Spark runs
+        ``availableNow`` as a single micro-batch and the source cannot see the trigger:
+        there, given
         explicitly, it sizes the first micro-batch of every query run, whatever the
         trigger (rows a stopped run left in the write-ahead log come first; that batch
         waits up to ``subscribeTimeoutMs`` for a first element, and nothing more is
