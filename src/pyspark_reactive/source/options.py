@@ -364,9 +364,8 @@ class SourceOptions:
         Python sources (``pyspark.sql.streaming.datasource`` missing: Spark 4.0/4.1,
         :data:`~pyspark_reactive.source.admission.ADMISSION_CONTROL`), Spark runs
         ``availableNow`` as a single micro-batch and the source cannot see the trigger:
-        there, given
-        explicitly, it sizes the first micro-batch of every query run, whatever the
-        trigger (rows a stopped run left in the write-ahead log come first; that batch
+        there, given explicitly, it sizes the first micro-batch of every query run,
+        whatever the trigger (rows a stopped run left in the write-ahead log come first; that batch
         waits up to ``subscribeTimeoutMs`` for a first element, and nothing more is
         requested from the publisher until Spark asks for a second batch, whose window is
         ``maxRecordsPerTrigger`` again). Not given, that run's one batch holds at most
