@@ -118,7 +118,7 @@ def record_batch_among_rows(offset: int, first: Any) -> ArrowElementError:
         f"element at offset {offset}: a pyarrow.RecordBatch in a stream of rows (its first "
         f"element was a {type(first).__name__}); a publisher signals rows or RecordBatches, "
         "not both. A publisher of RecordBatches signals only those (declare it with "
-        "pyspark_reactive.source.arrow_elements.arrow_batches)")
+        "pyspark_reactive.arrow_batches)")
 
 
 class ArrowElements:

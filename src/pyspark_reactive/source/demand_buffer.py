@@ -251,7 +251,7 @@ class DemandBuffer(Subscriber[Any]):
             return
         log.warning("the publisher's first element is a pyarrow.RecordBatch, so this stream "
                     "counts rows; it did not declare it (arrow_batches = True, see "
-                    "pyspark_reactive.source.arrow_elements.arrow_batches), so the %d elements of "
+                    "pyspark_reactive.arrow_batches), so the %d elements of "
                     "demand already requested are batches, and may bring that many batches "
                     "(rows far beyond capacity %d) before demand counts rows", self._requested,
                     self.capacity)

@@ -24,6 +24,7 @@ every query run (see :class:`~pyspark_reactive.source.options.SourceOptions`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -213,12 +214,22 @@ def read_stream(spark: Any, factory: Factory, schema: StructType | str | None = 
     Raises
     ------
     TypeError
-        When ``factory`` is not callable or cannot be pickled.
+        When ``factory`` is not callable, is a generator function (it would return a
+        generator, not a Publisher: wrap the generator in ``IterablePublisher``), or
+        cannot be pickled.
     OptionError
         For an option whose value is not accepted.
 
     Examples
     --------
+    >>> def rows(options):
+    ...     yield ("a", 1)
+    >>> read_stream(None, rows)
+    Traceback (most recent call last):
+    ...
+    TypeError: read_stream: the factory rows is a generator function, so it returns a \
+generator, not a Publisher; make it return one: lambda options: \
+IterablePublisher(lambda: rows(options)) (from reactive_streams)
     >>> from reactive_streams import RangePublisher
     >>> df = read_stream(spark, lambda opts: RangePublisher(0, 10),  # doctest: +SKIP
     ...                  schema="value BIGINT", maxRecordsPerTrigger=5)
@@ -227,6 +238,13 @@ def read_stream(spark: Any, factory: Factory, schema: StructType | str | None = 
 
     if not callable(factory):
         raise TypeError(f"read_stream: factory must be callable, got {type(factory).__name__}")
+    if inspect.isgeneratorfunction(factory) or inspect.isasyncgenfunction(factory):
+        wrapper = ("AsyncIterablePublisher" if inspect.isasyncgenfunction(factory)
+                   else "IterablePublisher")
+        name = getattr(factory, "__name__", "given")
+        raise TypeError(f"read_stream: the factory {name} is a generator function, so it "
+                        "returns a generator, not a Publisher; make it return one: lambda "
+                        f"options: {wrapper}(lambda: {name}(options)) (from reactive_streams)")
     text_options = {str(k): str(v) for k, v in options.items()}
     # Validate here too, so the error is a plain Python one raised in the caller's process.
     parse_source_options(text_options, shipped_factory=True)

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from .demand_buffer import DemandBuffer
+from .demand_buffer import DemandBuffer, PublisherError
 from .durability import FactoryOptions, ResumePoint
 from .intake import Intake
 from .options import SHIPPED_FACTORY, SourceOptions, describe, resolve_factory
@@ -52,8 +52,20 @@ def make_publisher(options: SourceOptions, schema: StructType, factory: Factory 
                            f"{error}; no publisher, so no rows") from error
     if not callable(getattr(publisher, "subscribe", None)):
         raise TypeError(f"reactive source: {name} returned {type(publisher).__name__}, "
-                        "not a Publisher (an object with subscribe(subscriber))")
+                        "not a Publisher (an object with subscribe(subscriber))"
+                        f"{not_a_publisher_hint(publisher)}")
     return publisher
+
+
+def not_a_publisher_hint(made: object) -> str:
+    """How to make a Publisher of what a factory returned, where that can be told."""
+    if hasattr(made, "__aiter__"):
+        return ("; wrap an async generator or iterable: "
+                "reactive_streams.AsyncIterablePublisher(lambda: <the async generator>)")
+    if hasattr(made, "__iter__") and not isinstance(made, (str, bytes)):
+        return ("; wrap a generator or iterable: reactive_streams.IterablePublisher(lambda: "
+                "<a new iterator>), so that each subscription iterates afresh")
+    return ""
 
 
 class Upstream:
@@ -154,7 +166,11 @@ def publisher_failed(options: SourceOptions, error: BaseException) -> BaseExcept
     text: the first line the user reads says what failed, the library's traceback comes
     after it.
     """
-    message = (f"reactive source: the publisher ({_name(options)}) signalled on_error: "
+    # A PublisherError is the source's own finding (the publisher broke a rule of the
+    # specification), not a signal of the publisher's.
+    what = ("broke the Reactive Streams rules" if isinstance(error, PublisherError)
+            else "signalled on_error")
+    message = (f"reactive source: the publisher ({_name(options)}) {what}: "
                f"{type(error).__name__}: {error}")
     if error.__traceback__ is not None or error.__cause__ is not None or (
             error.__context__ is not None and not error.__suppress_context__):
