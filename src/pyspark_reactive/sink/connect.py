@@ -190,6 +190,10 @@ def _drop(spark: Any, table: str) -> None:
 def _properties(spark: Any, table: str) -> dict[str, str] | None:
     """The table's properties, or ``None`` when there is no such table. A failed read of
     a table that exists raises: read as "absent", it could mislead either side."""
+    # Looked up first: a SHOW of a missing table (the next batch's, not staged yet; one
+    # just dropped) fails on the server, which logs it as an ERROR for every poll.
+    if not _exists(spark, table):
+        return None
     try:
         rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
     except Exception:
