@@ -57,7 +57,8 @@ numpydoc_validation_checks: set[str] = set()
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"pyspark-reactive {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["reactive.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
@@ -66,6 +67,14 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
     # No icon links: the project has no public address yet.
     "icon_links": [],
+    # The pages with the generated option tables give the tables the right column too.
+    "secondary_sidebar_items": {
+        "reference/source-options": [],
+        "reference/publishers/range": [],
+        "reference/publishers/mqtt": [],
+        "reference/publishers/websocket": [],
+        "reference/publishers/rsocket": [],
+    },
 }
 html_sidebars = {"index": [], "changelog": []}
 html_show_sourcelink = False

@@ -53,10 +53,10 @@ class ReactiveOptions(Directive):
         except Exception as error:  # shown as a build error, which -W makes fatal
             raise self.error(str(error)) from None
         headers = ("Option", "Required", "Default", "Accepted", "Query type", "Meaning")
-        table = nodes.table(classes=["reactive-options"])
+        table = nodes.table(classes=["reactive-options", "colwidths-given"])
         group = nodes.tgroup(cols=len(headers))
         table += group
-        for width in (16, 8, 14, 18, 12, 40):
+        for width in (20, 8, 12, 16, 11, 33):
             group += nodes.colspec(colwidth=width)
         head = nodes.thead()
         row = nodes.row()

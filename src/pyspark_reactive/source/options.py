@@ -191,6 +191,9 @@ class OptionSpec:
     def accepted_text(self) -> str:
         """What the option accepts, in the words its errors use."""
         if self.kind == "int":
+            if self.maximum == MAX_COUNT:  # a long's bound: no news to a reader
+                return "a positive integer" if self.minimum == 1 else \
+                    f"an integer >= {self.minimum}"
             return _accepted(self.minimum, self.maximum)
         if self.kind == "choice":
             return "one of " + ", ".join(self.choices)
