@@ -6,6 +6,7 @@ pages are linked by address. Warnings are errors (``./dev docs`` and the tests p
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import sys
@@ -18,6 +19,9 @@ from importlib.metadata import version as _distribution_version  # noqa: E402
 # The tutorials are the repository's notebooks/, copied beside their page at each build
 # (a symbolic link would resolve their links to each other outside the site).
 NOTEBOOKS = os.path.join(os.path.dirname(HERE), "notebooks")
+# Stubs of an earlier build written as .md (before .rst came first) would shadow the new.
+for _stale in glob.glob(os.path.join(HERE, "reference", "api", "*.md")):
+    os.remove(_stale)
 for _name in sorted(os.listdir(NOTEBOOKS)):
     if _name.endswith(".ipynb"):
         shutil.copyfile(os.path.join(NOTEBOOKS, _name), os.path.join(HERE, "tutorials", _name))
@@ -38,7 +42,9 @@ extensions = [
 ]
 
 exclude_patterns = ["_build", "conftest.py", "examples/*.out", "**/.ipynb_checkpoints"]
-source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
+# .rst first: autosummary writes its stubs (reference/api/) in the first suffix, and they are
+# reStructuredText.
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
 
 # The notebooks are shown as committed, with the outputs the tests produced: never run here.

@@ -55,7 +55,13 @@ from .session import local_session  # noqa: E402
 from .sink.foreach_writer import SubscriberForeachWriter  # noqa: E402
 from .sink.on_demand import OnDemandPublisher, publish_on_demand  # noqa: E402
 from .sink.publish import AvailableNowWarning, publish  # noqa: E402
-from .sink.publisher import ForeachBatchPublisher, SparkConnectNotSupported  # noqa: E402
+from .sink.publisher import (  # noqa: E402
+    Element,
+    ForeachBatchPublisher,
+    SparkConnectNotSupported,
+    WhenStalled,
+    WhenUnsubscribed,
+)
 from .source.arrow_elements import arrow_batches  # noqa: E402
 from .source.options import OptionError  # noqa: E402
 from .source.reader import DefaultSource, read_stream  # noqa: E402
@@ -63,12 +69,15 @@ from .source.reader import DefaultSource, read_stream  # noqa: E402
 __all__ = [
     "AvailableNowWarning",
     "DefaultSource",
+    "Element",
     "ForeachBatchPublisher",
     "OnDemandPublisher",
     "OptionError",
     "PySparkReactiveError",
     "SparkConnectNotSupported",
     "SubscriberForeachWriter",
+    "WhenStalled",
+    "WhenUnsubscribed",
     "__version__",
     "arrow_batches",
     "expose",

@@ -7,7 +7,7 @@ settle, and compares what the publisher recorded before each ``on_next`` with wh
 committed. A plain publisher never hands a value out twice, so a row the source held only
 in memory at a kill is gone: none may be lost that was signalled more than ``walSyncMs``
 + 100 ms before its kill, and none may reach the sink twice. Runs in a pytest process of
-its own (see tests/conftest.py); the full trials are in the README's "Crash trials".
+its own (see tests/conftest.py); the full trials are in docs/explanation/crash-trials.md.
 """
 
 from __future__ import annotations

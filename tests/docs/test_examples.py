@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_code_blocks import DOCS, PAGES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = ROOT / "docs" / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.py"))
-PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)
 # A JVM start, a Spark Connect server and a few queries, on a loaded 2-core machine.
 TIMEOUT_S = 240
 # Left by the test session, not by a reader's shell: the tests' own module path, and the
@@ -32,12 +31,9 @@ _INCLUDE = re.compile(r"^[`:]{3,}\{literalinclude\}\s+(?P<path>\S+)\s*$", re.M)
 
 
 @pytest.fixture(scope="module")
-def rules(pytestconfig: pytest.Config) -> Any:
-    """The root conftest.py, which holds the rules of '# prints:' comments: pytest has it
-    loaded already, registered under its path (tests/conftest.py is "conftest" too)."""
-    module = pytestconfig.pluginmanager.get_plugin(str(ROOT / "conftest.py"))
-    assert module is not None, "the root conftest.py (the code-block rules) is not loaded"
-    return module
+def rules() -> Any:
+    """The root conftest.py, which holds the rules of '# prints:' comments."""
+    return DOCS
 
 
 def _included() -> dict[Path, list[str]]:

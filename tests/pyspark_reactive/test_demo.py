@@ -1,4 +1,4 @@
-"""The demo (the README's first command) runs the whole pipeline, ends by itself and
+"""The demo (the README's Quick start: ./dev demo) runs the whole pipeline, ends by itself and
 checks its bounds."""
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ signalled to this subscription are durable (counted from 1 in signal order, incr
 with each call): written to the log with ``walLocation``, committed by Spark without it.
 A publisher over an upstream that redelivers what was not acknowledged (an MQTT QoS 1
 session, a message queue) acknowledges them upstream then. A kill can then repeat only
-elements that were durable and not yet acknowledged; see the README for dropping them.
+elements that were durable and not yet acknowledged; see docs/how-to/exactly-once.md for
+dropping them.
 """
 
 from __future__ import annotations

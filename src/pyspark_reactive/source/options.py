@@ -58,7 +58,7 @@ DEFAULT_SUBSCRIBE_TIMEOUT_MS = 30_000
 AVAILABLE_NOW_DEFAULT_BATCHES = 100
 
 # Name -> "module:attribute" of the built-in publishers (the package pyspark_reactive.
-# publishers; the README's "Built-in publishers and adapters" lists them). A factory may
+# publishers; docs/reference/publishers/ describes them). A factory may
 # carry an attribute default_schema(options) -> DDL string: the schema when none is given.
 BUILTIN_PUBLISHERS = {
     "range": "pyspark_reactive.publishers.range:range_publisher",

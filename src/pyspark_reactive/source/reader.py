@@ -87,7 +87,7 @@ class DefaultSource(DataSource):
 
     def schema(self) -> str:
         # Spark asks only when no .schema(...) was given; the schema option (a DDL string)
-        # lets load() check every option with a schema of one's own (README: Bad input).
+        # lets load() check every option with a schema of one's own (docs/troubleshooting.md).
         if self.source_options.schema is not None:
             return self.source_options.schema
         if type(self)._shipped_factory is not None:

@@ -191,7 +191,8 @@ class WriteAheadLog:
 
     def _make_dirs(self, path: str) -> None:
         """Create ``path`` and any missing parent; on the local disk each one created
-        0700 (pyarrow's filesystems elsewhere set no modes: see the README)."""
+        0700 (pyarrow's filesystems elsewhere set no modes: see
+        docs/explanation/write-ahead-log.md)."""
         if self._local is None:
             self._fs.create_dir(path, recursive=True)
             return

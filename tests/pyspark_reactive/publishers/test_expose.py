@@ -1,6 +1,7 @@
-"""pyspark_reactive.remote with real queries: a live publisher of this process exposed to a
-query's source (which runs in another process), and a query's output served to a plain
-rsocket-py client whose REQUEST_N paces the query."""
+"""expose() and serve_publisher() (pyspark_reactive.publishers.remote) with real queries:
+a live publisher of this process exposed to a query's source (which runs in another
+process), and a query's output served to a plain rsocket-py client whose REQUEST_N paces
+the query."""
 
 from __future__ import annotations
 

@@ -273,8 +273,8 @@ def test_a_restart_redelivers_the_failed_batch_whole_under_the_same_id(
     # the failed run had delivered are its first ones.
     assert sorted(new[2]) == list(range(200, 300))
     assert 0 < len(old[2]) < ROWS and new[2][:len(old[2])] == old[2]
-    # The README's recipe: keep (last batch id, rows of it handled); skip those after a
-    # restart. Every value then arrives exactly once.
+    # The recipe of docs/how-to/exactly-once.md: keep (last batch id, rows of it handled);
+    # skip those after a restart. Every value then arrives exactly once.
     last_id, handled = max(old), len(old[max(old)])
     kept = [v for b in old for v in old[b]]
     for batch_id, values in new.items():

@@ -1,4 +1,4 @@
-"""The bad-input matrix of the README ("Bad input"): every kind of invalid option value,
+"""The bad-input matrix (docs/troubleshooting.md): every kind of invalid option value,
 unknown options, and every kind of malformed element, each giving an error that names what
 was wrong and what is accepted, and losing no row accepted before it.
 

@@ -1,6 +1,6 @@
 """Factories and publishers that break the rules, through real streaming queries: each
 gives an error that names what was wrong, and no row accepted before it is lost. The
-README's "Bad input" section lists them beside the options and elements."""
+docs/troubleshooting.md lists them beside the options and elements."""
 
 from __future__ import annotations
 

@@ -143,7 +143,8 @@ def test_builtin_range_needs_no_schema_and_is_found_without_register(
 @pytest.mark.spark_lines
 def test_register_works_too(spark: SparkSession) -> None:
     if SPARK < (4, 1):
-        # Spark 4.0 refuses to register again a name it found on its own (see README).
+        # Spark 4.0 refuses to register again a name it found on its own (see
+        # docs/reference/source-options.md).
         with pytest.raises(Exception, match="DATA_SOURCE_ALREADY_EXISTS"):
             spark.dataSource.register(DefaultSource)
     else:
@@ -183,8 +184,9 @@ def test_available_now_waits_for_a_publisher_slower_to_start_than_fill_wait(
     if ADMISSION_CONTROL:
         assert rows == list(range(40))
     else:
-        # Spark 4.0/4.1 never tells a Python source that availableNow runs (README: Spark
-        # versions): its one batch holds what arrived within fillWaitMs, nothing here.
+        # Spark 4.0/4.1 never tells a Python source that availableNow runs
+        # (docs/how-to/available-now.md): its one batch holds what arrived within
+        # fillWaitMs, nothing here.
         assert rows == []
 
 
