@@ -11,6 +11,7 @@ Screenshots stay in the session's temporary directory (the path is printed) for 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -80,9 +81,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@functools.cache
+def _anchors(page: Path) -> frozenset[str]:
+    """The ids of a built page, read once for all the links that point at it."""
+    return frozenset(_parse(page.read_text(encoding="utf-8")).ids)
+
+
 def _broken_links(site: Path, page: Path, html: str) -> list[str]:
     broken = []
-    parsed_targets: dict[Path, set[str]] = {}
     for href in _parse(html).links:
         parts = urlsplit(href)
         if parts.scheme in ("http", "https", "mailto", "data", "javascript"):
@@ -102,9 +108,7 @@ def _broken_links(site: Path, page: Path, html: str) -> list[str]:
             broken.append(f"{href} (no file {target.relative_to(site)})")
             continue
         if parts.fragment and target.suffix == ".html":
-            if target not in parsed_targets:
-                parsed_targets[target] = _parse(target.read_text(encoding="utf-8")).ids
-            if unquote(parts.fragment) not in parsed_targets[target]:
+            if unquote(parts.fragment) not in _anchors(target):
                 broken.append(f"{href} (no anchor #{parts.fragment} in "
                               f"{target.relative_to(site)})")
     return broken
