@@ -9,14 +9,19 @@ rest.
 The script is written to a fresh directory that every user can read (the checkout may be
 private), and runs in isolated mode (``-I``) with the standard library only, or with this
 environment's packages and ``src/`` on its path (``site_packages=True``; then the
-interpreter must be this Python's version).
+interpreter must be this Python's version). Where the checkout or the venv lies in a folder
+other users cannot enter (a clone under ``/root`` or a 0700 home), that uid gets a
+world-readable mirror of them instead: hard links where the filesystem allows (no bytes
+copied), copies elsewhere, made on first use and removed when this process exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -30,6 +35,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 _PROBE = ("import json, os, sys; print(json.dumps({'uid': os.getuid(), "
           "'version': list(sys.version_info[:2])}))")
 _chosen: dict[bool, tuple[str | None, str | None]] = {}
+_mirrors: dict[str, str] = {}
 
 
 def _setpriv() -> list[str]:
@@ -92,6 +98,44 @@ def _readable_by_others(path: Path) -> bool:
     return True
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    # A hard link shares the file's own mode: files others cannot read are copied, and the
+    # copy made readable (site-packages holds no secrets; a private checkout may).
+    if os.stat(source).st_mode & stat.S_IROTH:
+        try:
+            os.link(source, target)
+            return
+        except OSError:  # another filesystem, or links refused (protected_hardlinks)
+            pass
+    shutil.copy2(source, target)
+    os.chmod(target, os.stat(target).st_mode | 0o444)
+
+
+def _remove_mirrors() -> None:
+    for mirror in _mirrors.values():
+        shutil.rmtree(os.path.dirname(mirror), ignore_errors=True)
+    _mirrors.clear()
+
+
+def _reachable(path: str) -> str:
+    """``path`` if uid 65534 can read it, else a world-readable mirror of it (made once)."""
+    if _readable_by_others(Path(path)):
+        return path
+    if path not in _mirrors:
+        if not _mirrors:
+            atexit.register(_remove_mirrors)
+        holder = tempfile.mkdtemp(prefix="other-user-packages-")
+        os.chmod(holder, 0o755)
+        mirror = os.path.join(holder, os.path.basename(path))
+        # Only .py and data files matter to the other uid: no caches, no venv scripts.
+        shutil.copytree(path, mirror, symlinks=True, copy_function=_link_or_copy,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for folder, _, _ in os.walk(mirror):
+            os.chmod(folder, 0o755)
+        _mirrors[path] = mirror
+    return _mirrors[path]
+
+
 def run_as_other_user(code: str, *args: str, site_packages: bool = False,
                       timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run ``code`` (a script's text) with ``args`` as uid 65534 and return the finished
@@ -110,13 +154,10 @@ def run_as_other_user(code: str, *args: str, site_packages: bool = False,
         script = folder / "script.py"
         path_lines = ""
         if site_packages:
-            paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                     str(SRC)]
-            unreadable = [p for p in paths if not _readable_by_others(Path(p))]
-            if unreadable:
-                raise RuntimeError(f"uid {OTHER_UID} cannot read {unreadable}: the project's "
-                                   "packages must be readable by others for this test")
-            path_lines = f"import sys\nsys.path[:0] = {list(dict.fromkeys(paths))!r}\n"
+            paths = [_reachable(p) for p in dict.fromkeys(
+                (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                 str(SRC)))]
+            path_lines = f"import sys\nsys.path[:0] = {paths!r}\n"
         script.write_text(path_lines + code)
         os.chmod(script, 0o644)
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home),
