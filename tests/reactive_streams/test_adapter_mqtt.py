@@ -23,7 +23,13 @@ import pytest
 from rs_support import Recorder, wait_until
 
 from reactive_streams import Publisher, collect
-from reactive_streams.adapters.mqtt import MqttError, MqttMessage, MqttPublisher, SkipMessage
+from reactive_streams.adapters.mqtt import (
+    MESSAGE_OVERHEAD_BYTES,
+    MqttError,
+    MqttMessage,
+    MqttPublisher,
+    SkipMessage,
+)
 from reactive_streams.tck.environment import TestEnvironment
 from reactive_streams.tck.publisher import PublisherVerification
 
@@ -485,6 +491,146 @@ def test_a_broker_sending_a_packet_over_the_limit_is_cut_off_before_its_body() -
     assert len(recorder.errors) == 1 and isinstance(recorder.errors[0], MqttError)
     assert "a packet of more than 4096 bytes" in str(recorder.errors[0])
     assert publisher.received == 0
+
+
+def test_topic_bytes_and_a_per_message_overhead_count_against_max_buffered_bytes(
+        broker: mosquitto.Broker) -> None:
+    # Whoever may publish to the topic chooses the topic's length (up to 64 KiB) and may
+    # send empty payloads (issue 27, finding 6): a budget of payload bytes alone would
+    # hold none of them back, and reading would stop only at max_buffered (100 here).
+    base = _topic("topics")
+    long_topic = f"{base}/" + "a" * 4000
+    publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+        broker.host, f"{base}/#", port=broker.port, receive_maximum=100,
+        max_buffered_bytes=10_000)
+    recorder = Recorder()
+    _subscribed(publisher, recorder)
+    mosquitto.publish(broker.host, broker.port, long_topic, [b""] * 10)
+    # Over 4,000 bytes each: the third crosses the budget, and reading pauses there.
+    _received(publisher, 3)
+    time.sleep(NOTHING_MORE_S)  # watching for more than the bound: nothing may arrive
+    assert publisher.received == 3, f"read {publisher.received} x 4,000-byte topics for 10,000"
+    recorder.request(10)
+    recorder.wait_for_elements(10)
+    assert all(m.topic == long_topic and m.payload == b"" for m in recorder.elements)
+
+    # Short topics, empty payloads: each still holds its record, MESSAGE_OVERHEAD_BYTES.
+    short = f"{base}/s"
+    mosquitto.publish(broker.host, broker.port, short, [b""] * 100)
+    _received(publisher, 11)
+    time.sleep(NOTHING_MORE_S)
+    held, most = publisher.received - 10, 10_000 // MESSAGE_OVERHEAD_BYTES + 1
+    assert held <= most, f"read {held} empty messages for 10,000 bytes (at most {most})"
+    recorder.request(100)
+    recorder.wait_for_elements(110)
+    recorder.cancel()
+    assert not recorder.errors and not recorder.violations
+
+
+def _packet(first: int, body: bytes) -> bytes:
+    length, header = len(body), bytearray([first])
+    while True:
+        length, digit = divmod(length, 128)
+        header.append(digit | (0x80 if length else 0))
+        if not length:
+            return bytes(header) + body
+
+
+def _publish(qos: int, mid: int, payload: bytes = b"p") -> bytes:
+    """A PUBLISH of ``qos`` to the topic ``t/x``, with no properties."""
+    packet_id = mid.to_bytes(2, "big") if qos else b""
+    return _packet(0x30 | qos << 1, b"\x00\x03t/x" + packet_id + b"\x00" + payload)
+
+
+def _not_a_broker(conn: socket.socket, granted: int, sent: list[bytes],
+                  until: int | None = None) -> list[int]:
+    """Answer the client's CONNECT and SUBSCRIBE (granting ``granted``) as a broker would,
+    send ``sent``, then return the types of the packets the client sends until it closes
+    the connection (or sends a packet of type ``until``)."""
+    conn.settimeout(10)
+    assert _read_packet(conn)[0] >> 4 == 1  # CONNECT
+    conn.sendall(b"\x20\x03\x00\x00\x00")  # CONNACK: accepted, no properties
+    kind, body = _read_packet(conn)
+    assert kind >> 4 == 8, f"packet type {kind >> 4}, not SUBSCRIBE"
+    conn.sendall(_packet(0x90, body[:2] + b"\x00" + bytes([granted])))  # SUBACK
+    for packet in sent:
+        conn.sendall(packet)
+    seen: list[int] = []
+    while until not in seen:
+        try:
+            seen.append(_read_packet(conn)[0] >> 4)
+        except (AssertionError, ConnectionResetError):
+            break  # the client closed the connection
+    return seen
+
+
+@pytest.mark.parametrize("options, granted, qos, message", [
+    # QoS 2: paho would answer PUBREC and keep each message until a PUBREL that a hostile
+    # broker never sends, outside max_buffered_bytes (issue 27, finding 5).
+    ({}, 1, 2, "QoS 2, above the QoS 1 this subscription allows (the option qos, or a "
+               "lower QoS the broker granted); paho would hold it in memory, outside "
+               "max_buffered_bytes"),
+    ({"client_id": "resumed", "clean_start": False}, 1, 2,
+     "QoS 2, above the QoS 1 this subscription allows (at most 1 in a resumed session"),
+    ({}, 0, 1, "QoS 1, above the QoS 0 this subscription allows"),
+    ({"qos": 0}, 0, 1, "QoS 1, above the QoS 0 this subscription allows"),
+], ids=["qos2", "qos2-resumed-session", "qos1-granted-0", "qos1-asked-0"])
+def test_a_publish_above_the_granted_qos_closes_the_connection(
+        options: dict[str, Any], granted: int, qos: int, message: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+            "127.0.0.1", "t/#", port=server.getsockname()[1], **options)
+        recorder = Recorder(initial=10)
+        publisher.subscribe(recorder)
+        with server.accept()[0] as conn:
+            answered = _not_a_broker(conn, granted, [_publish(qos, mid, b"z" * 1000)
+                                                     for mid in range(1, 51)])
+        recorder.wait_done()
+    assert len(recorder.errors) == 1 and isinstance(recorder.errors[0], MqttError)
+    assert message in str(recorder.errors[0]), recorder.errors[0]
+    assert "the connection is closed and the message not taken" in str(recorder.errors[0])
+    # Neither PUBREC (5) nor PUBACK (4): the message was not taken; nor any element.
+    assert not {4, 5} & set(answered), answered
+    assert publisher.received == 0 and not recorder.elements
+
+
+def test_a_grant_above_the_qos_asked_for_fails_the_stream() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        port = server.getsockname()[1]
+        publisher: MqttPublisher[MqttMessage] = MqttPublisher("127.0.0.1", "t/#", port=port,
+                                                              qos=0)
+        recorder = Recorder(initial=1)
+        publisher.subscribe(recorder)
+        with server.accept()[0] as conn:
+            _not_a_broker(conn, 2, [])
+        recorder.wait_done()
+    assert [str(e) for e in recorder.errors] == [
+        f"mqtt 127.0.0.1:{port}: the broker granted QoS 2 for 't/#', "
+        f"more than the QoS 0 asked for (qos); a protocol error, so the connection is "
+        f"closed"]
+    assert not publisher.wait_subscribed(0)
+
+
+def test_a_resumed_session_takes_qos_1_on_a_qos_0_subscription() -> None:
+    # Its earlier connections may have subscribed with QoS 1 (MQTT 5 3.3.4): messages
+    # queued for them are lawful, and are acknowledged like any other.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        publisher: MqttPublisher[MqttMessage] = MqttPublisher(
+            "127.0.0.1", "t/#", port=server.getsockname()[1], qos=0, client_id="resumed")
+        recorder = Recorder(initial=1)
+        publisher.subscribe(recorder)
+        with server.accept()[0] as conn:
+            answered = _not_a_broker(conn, 0, [_publish(1, 7)], until=4)
+            recorder.wait_for_elements(1)
+            recorder.cancel()
+            assert _read_packet(conn)[0] >> 4 == 14  # DISCONNECT, so no error follows
+        _ended(publisher)
+    assert answered[-1] == 4  # PUBACK
+    assert [(m.qos, m.payload) for m in recorder.elements] == [(1, b"p")]
+    assert not recorder.errors and not recorder.violations
 
 
 def test_retained_messages_and_the_message_record(broker: mosquitto.Broker) -> None:

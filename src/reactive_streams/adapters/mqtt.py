@@ -15,6 +15,7 @@ import logging
 import selectors
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections import deque
@@ -28,8 +29,8 @@ from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MqttError", "MqttMessage", "MqttPublisher",
-           "SkipMessage", "check_topic_filter"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MESSAGE_OVERHEAD_BYTES", "MqttError", "MqttMessage",
+           "MqttPublisher", "SkipMessage", "check_topic_filter"]
 
 T = TypeVar("T")
 
@@ -46,6 +47,11 @@ _MQTT_MAX_PACKET: Final = 268_435_460
 #: The smallest ``max_message_bytes`` accepted: a broker's CONNACK, SUBACK and the like
 #: must fit (a few dozen bytes with an assigned client id and a reason string).
 _MIN_PACKET: Final = 512
+#: What a message read and held beyond demand costs besides its topic and payload strings:
+#: the MqttMessage, its entry in the buffer, its timestamp and packet id (188 bytes on
+#: CPython 3.11 and 3.12), rounded up for the allocator. Counted against
+#: ``max_buffered_bytes`` so that a flood of empty messages meets the budget too.
+MESSAGE_OVERHEAD_BYTES: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,15 @@ class SkipMessage(ReactiveStreamsError):
 
 #: What _decode gives for a message that decode left out.
 _SKIPPED: Final = object()
+
+
+def _held_bytes(message: MqttMessage) -> int:
+    """The bytes ``message`` holds while it waits for demand, as ``max_buffered_bytes``
+    counts them: its topic and payload as Python stores them (a topic of 60,000 ASCII
+    characters holds 60,049 bytes, and four bytes a character with one emoji among them),
+    and MESSAGE_OVERHEAD_BYTES for the rest of its record."""
+    return sys.getsizeof(message.topic) + sys.getsizeof(message.payload) + (
+        MESSAGE_OVERHEAD_BYTES)
 
 
 def check_topic_filter(topic: object) -> str:
@@ -150,15 +165,21 @@ class MqttPublisher(Publisher[T], Generic[T]):
     mosquitto logs it at most), so raise ``max_message_bytes`` above the largest message
     the topic carries. A broker that sends a larger packet all the same is disconnected
     as soon as the packet's length is read, before its body is, and the stream fails. The
-    messages read beyond demand hold at most ``max_buffered_bytes`` of payload (plus the
-    one message that crossed it): reading pauses there as it does at ``max_buffered``
-    messages, whichever comes first. While reading is paused the client still sends the
-    broker PINGREQs, so the connection stays up however long demand takes; their answers
-    wait behind the unread messages, so while messages keep arriving the client takes
-    them as the sign of a live broker instead. A broker that stops answering is noticed
-    by paho's keepalive check once there is nothing left to read (within two
-    ``keepalive``), and, while reading is paused, only when TCP reports the connection
-    broken (a PINGREQ cannot be written).
+    messages read beyond demand hold at most ``max_buffered_bytes`` (plus the one message
+    that crossed it), counting for each its topic and payload as Python holds them and
+    :data:`MESSAGE_OVERHEAD_BYTES` for its record, so that long topics or a flood of empty
+    messages meet the budget as large payloads do: reading pauses there as it does at
+    ``max_buffered`` messages, whichever comes first. paho holds nothing of a message
+    beyond the packet it is reading: a PUBLISH above the QoS this subscription allows
+    (QoS 2 always, which paho would keep until the broker's PUBREL) fails the stream and
+    closes the connection before paho takes it.
+
+    While reading is paused the client still sends the broker PINGREQs, so the connection
+    stays up however long demand takes; their answers wait behind the unread messages, so
+    while messages keep arriving the client takes them as the sign of a live broker
+    instead. A broker that stops answering is noticed by paho's keepalive check once
+    there is nothing left to read (within two ``keepalive``), and, while reading is
+    paused, only when TCP reports the connection broken (a PINGREQ cannot be written).
 
     **Acknowledgement.** ``acknowledge="on_next"``: a QoS 1 message is acknowledged
     (PUBACK) as soon as ``on_next`` returns. ``"on_durable"``: only when
@@ -180,7 +201,8 @@ class MqttPublisher(Publisher[T], Generic[T]):
     qos : int
         0 (at most once) or 1 (at least once; acknowledged as above). QoS 2 is refused:
         paho holds a QoS 2 message in memory between PUBREC and PUBREL, so a crash there
-        loses it, which defeats its purpose.
+        loses it, which defeats its purpose. A broker that sends a PUBLISH above the QoS
+        granted is cut off (see Notes).
     client_id : str
         Empty (default): the broker assigns one and the session cannot be resumed.
     clean_start : bool, optional
@@ -209,9 +231,12 @@ class MqttPublisher(Publisher[T], Generic[T]):
         (1 MiB); 512 to 268435460 (MQTT's own limit). The broker discards larger
         messages for this client without a word (see **Bytes**).
     max_buffered_bytes : int, optional
-        The most payload bytes read and held beyond demand before reading pauses (at
-        least 1); default ``None``: only ``max_buffered`` bounds them (up to
-        ``max_buffered`` x ``max_message_bytes``).
+        The most bytes held for messages read beyond demand before reading pauses (at
+        least 1): each message's topic and payload as Python holds them, and
+        :data:`MESSAGE_OVERHEAD_BYTES` (256) for the rest of its record. Default
+        ``None``: only ``max_buffered`` bounds them (up to ``max_buffered`` x
+        (``max_message_bytes`` + 256), and up to four times the topic's bytes for a topic
+        Python holds as four bytes a character).
     keepalive : int
         Seconds, default 60.
     connect_timeout : float
@@ -242,8 +267,15 @@ class MqttPublisher(Publisher[T], Generic[T]):
     Errors reach the subscriber as ``on_error(MqttError)``: the broker refused the
     connection (bad credentials: reason code 134 or 135) or the subscription (SUBACK
     reason code >= 128), or the connection was lost; each message names ``host:port``
-    and the reason. A subscription is not reconnected: the stream fails instead, and a
-    new subscription with the same persistent session carries on where it stopped.
+    and the reason. A broker that breaks the protocol in a way that would hold memory
+    outside the budget fails the stream too, and the connection is closed: a packet over
+    ``max_message_bytes``, a SUBACK granting more than ``qos``, or a PUBLISH above the
+    QoS this subscription allows (the one granted; in a resumed session, whose earlier
+    subscriptions it cannot know, at most 1). A subscription is not reconnected: the
+    stream fails instead (§1.4: at once, without waiting for demand, so messages read but
+    not yet signalled are not), and since what was not signalled was not acknowledged, a
+    new subscription with the same persistent session gets it again and carries on where
+    it stopped.
 
     Examples
     --------
@@ -428,10 +460,14 @@ class _Session(Source[T], Generic[T]):
         self._signalled = 0  # elements signalled (the sequence of on_durable)
         self._durable = 0  # the highest count on_durable was told
         self.received = 0  # messages read from the broker
-        self._buffered_bytes = 0  # payload bytes in _buffer
+        self._buffered_bytes = 0  # _held_bytes of the messages in _buffer
         self.skipped = 0  # messages decode left out
         self.subscribed = threading.Event()  # SUBACK arrived, or the stream failed
         self.granted = False  # the SUBACK granted the subscription
+        # The highest QoS a PUBLISH may carry: what was asked for, then what the SUBACK
+        # granted; 1 in a resumed session, whose earlier subscriptions may carry QoS 1
+        # (see _refuse_qos_above_grant).
+        self._qos_ceiling = publisher.qos if publisher.clean_start else 1
         self._taken = 0  # messages pulled (for max_messages)
         self._terminal: Terminal | None = None
         self._closing = False
@@ -462,7 +498,7 @@ class _Session(Source[T], Generic[T]):
                     want = min(want, limit - self._taken)
                 wake = wake or not self._room()
                 taken = [self._buffer.popleft() for _ in range(min(want, len(self._buffer)))]
-                self._buffered_bytes -= sum(len(message.payload) for message, _ in taken)
+                self._buffered_bytes -= sum(_held_bytes(message) for message, _ in taken)
             # Decoded outside the lock, so the network thread is not held up meanwhile.
             decoded, bad = self._decode(taken)
             with self._lock:
@@ -471,7 +507,7 @@ class _Session(Source[T], Generic[T]):
                     # unacknowledged); the stream fails after the ones before it.
                     back = taken[len(decoded):]
                     self._buffer.extendleft(reversed(back))
-                    self._buffered_bytes += sum(len(message.payload) for message, _ in back)
+                    self._buffered_bytes += sum(_held_bytes(message) for message, _ in back)
                     taken = taken[:len(decoded)]
                     self._terminal = bad
                 got = [element for element in decoded if element is not _SKIPPED]
@@ -667,14 +703,25 @@ class _Session(Source[T], Generic[T]):
 
         def on_subscribe(client: Any, userdata: Any, mid: int, reasons: Any,
                          properties: Any) -> None:
-            self.granted = not any(reason.is_failure for reason in reasons)
+            self.granted = not any(reason.is_failure or reason.value > p.qos
+                                   for reason in reasons)
             self.subscribed.set()
             for reason in reasons:
                 if reason.is_failure:
                     self._fail(MqttError(
                         f"mqtt {p.address}: the broker refused the subscription to "
                         f"{p.topic!r}: {reason} (reason code {reason.value})"))
-                elif reason.value < p.qos:
+                elif reason.value > p.qos:
+                    # MQTT 5 3.9.3: the granted QoS is at most the one asked for.
+                    self._fail(MqttError(
+                        f"mqtt {p.address}: the broker granted QoS {reason.value} for "
+                        f"{p.topic!r}, more than the QoS {p.qos} asked for (qos); a "
+                        f"protocol error, so the connection is closed"))
+                    continue
+                elif p.clean_start:
+                    # A new session has this subscription only: nothing may come above it.
+                    self._qos_ceiling = reason.value
+                if reason.value < p.qos:
                     log.warning("mqtt %s: the broker granted QoS %d for %r, not %d: its "
                                 "messages are not acknowledged nor redelivered", p.address,
                                 reason.value, p.topic, p.qos)
@@ -684,7 +731,7 @@ class _Session(Source[T], Generic[T]):
                                  bool(message.retain), time.time())
             with self._lock:
                 self._buffer.append((record, message.mid))
-                self._buffered_bytes += len(record.payload)
+                self._buffered_bytes += _held_bytes(record)
                 self.received += 1
                 emitter = self._emitter
             if emitter is not None:
@@ -711,6 +758,7 @@ class _Session(Source[T], Generic[T]):
         # larger message for this client); _bound_packets holds a broker that does.
         properties.MaximumPacketSize = p.max_message_bytes
         self._bound_packets(client)
+        self._refuse_qos_above_grant(client)
         if p.session_expiry:
             properties.SessionExpiryInterval = p.session_expiry
         try:
@@ -743,6 +791,44 @@ class _Session(Source[T], Generic[T]):
             return recv(size)
 
         client._sock_recv = bounded_recv
+
+    def _refuse_qos_above_grant(self, client: Any) -> None:
+        """Close the connection on a PUBLISH above the QoS granted, before paho takes it.
+
+        paho answers a QoS 2 PUBLISH with PUBREC and keeps the message in its own
+        ``_in_messages`` until the broker's PUBREL, out of this session's sight (on_message
+        comes only then), so a broker that never releases them could fill memory past
+        ``max_buffered_bytes``: 65,535 packet ids of up to ``max_message_bytes`` each. This
+        client subscribes with QoS 0 or 1 only, so such a PUBLISH breaks MQTT 5 3.8.4 (the
+        QoS sent is at most the one granted) and the stream fails on it; the packet was
+        read (it is within ``max_message_bytes``) and is dropped unanswered. A QoS 1
+        PUBLISH on a QoS 0 subscription is refused the same way, but only in a new session
+        (``clean_start``): a resumed one may hold subscriptions of earlier connections that
+        carry QoS 1 (its queued messages and overlapping filters, MQTT 5 3.3.4).
+        """
+        from paho.mqtt.enums import MQTTErrorCode
+
+        handle = client._handle_publish  # paho 2.x (pinned < 3)
+        p = self.p
+
+        def guarded_handle() -> Any:
+            qos = (client._in_packet["command"] & 0x06) >> 1  # MQTT 5 3.3.1.2
+            ceiling = self._qos_ceiling
+            if qos <= ceiling:
+                return handle()
+            allowed = ("the option qos, or a lower QoS the broker granted" if p.clean_start
+                       else "at most 1 in a resumed session, whose earlier subscriptions are "
+                       "unknown; if another client subscribed with this client_id at QoS 2, "
+                       "use a new client_id or clean_start=True")
+            why = ("paho would hold it in memory, outside max_buffered_bytes, until the "
+                   "broker released it" if qos == 2 else "a protocol error, MQTT 5 3.8.4")
+            self._fail(MqttError(
+                f"mqtt {p.address}: the broker sent a PUBLISH with QoS {qos}, above the "
+                f"QoS {ceiling} this subscription allows ({allowed}); {why}: the "
+                f"connection is closed and the message not taken"))
+            return MQTTErrorCode.MQTT_ERR_PROTOCOL
+
+        client._handle_publish = guarded_handle
 
     def _loop(self, client: Any) -> None:
         # selectors, not select.select: that refuses descriptors >= 1024, which a process
