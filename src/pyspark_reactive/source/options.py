@@ -26,6 +26,7 @@ from ..errors import PySparkReactiveError
 
 __all__ = [
     "AVAILABLE_NOW_DEFAULT_BATCHES",
+    "DEFAULT_FILL_TIMEOUT_MS",
     "DEFAULT_FILL_WAIT_MS",
     "DEFAULT_MAX_RECORDS_PER_TRIGGER",
     "DEFAULT_SUBSCRIBE_TIMEOUT_MS",
@@ -53,6 +54,7 @@ DEFAULT_FILL_WAIT_MS = 100
 DEFAULT_WAL_SYNC_MS = 50
 DEFAULT_WAL_SYNC_ROWS = 100_000
 DEFAULT_SUBSCRIBE_TIMEOUT_MS = 30_000
+DEFAULT_FILL_TIMEOUT_MS = 30_000
 # availableNowMaxRecords defaults to this many full micro-batches, so a scheduled
 # availableNow run over an endless publisher lasts about as many batches whatever their size.
 AVAILABLE_NOW_DEFAULT_BATCHES = 100
@@ -302,7 +304,8 @@ SOURCE_OPTION_SPECS = OptionSpecs([
         "availableNowMaxRecords", "The most rows a `trigger(availableNow=True)` run takes "
         "from the publisher beyond those the source holds when it starts; then the query "
         "ends (Spark 4.2+). On Spark 4.0/4.1, given explicitly, it sizes the first "
-        "micro-batch of every run (under `availableNow`, the run's only batch).", "int",
+        "micro-batch of every run (under `availableNow`, the run's only batch), which "
+        "without `walLocation` takes every row it requested (`fillTimeoutMs`).", "int",
         minimum=0, shown_default=f"{AVAILABLE_NOW_DEFAULT_BATCHES} × maxRecordsPerTrigger",
         queries="streaming, availableNow trigger"),
     OptionSpec(
@@ -327,6 +330,13 @@ SOURCE_OPTION_SPECS = OptionSpecs([
         "before it fails the query; under `availableNow`, also how long a run waits for its "
         "first element.", "int", DEFAULT_SUBSCRIBE_TIMEOUT_MS, minimum=1,
         maximum=MAX_MILLISECONDS),
+    OptionSpec(
+        "fillTimeoutMs", "Spark 4.0/4.1 without `walLocation`: a run's one micro-batch, "
+        "sized by an explicit `availableNowMaxRecords`, takes every row it requested; once "
+        "the publisher has signalled a first one, the run fails if it then signals none "
+        "for this long while rows are still requested (rows signalled after the run ended "
+        "would be lost).", "int", DEFAULT_FILL_TIMEOUT_MS, minimum=1,
+        maximum=MAX_MILLISECONDS, queries="streaming, availableNow trigger"),
     OptionSpec(
         "schema", "The rows' schema, as with `.schema(...)` (which takes precedence), but "
         "checked with every other option when the DataFrame is made. Without either: "
@@ -368,8 +378,9 @@ class SourceOptions:
         :data:`~pyspark_reactive.source.admission.ADMISSION_CONTROL`), Spark runs
         ``availableNow`` as a single micro-batch and the source cannot see the trigger:
         there, given explicitly, it sizes the first micro-batch of every query run,
-        whatever the trigger (rows a stopped run left in the write-ahead log come first; that batch
-        waits up to ``subscribeTimeoutMs`` for a first element, and nothing more is
+        whatever the trigger (rows a stopped run left in the write-ahead log come first; that
+        batch waits up to ``subscribeTimeoutMs`` for a first element; without a write-ahead
+        log it then takes every row it requested, see ``fill_timeout_ms``; nothing more is
         requested from the publisher until Spark asks for a second batch, whose window is
         ``maxRecordsPerTrigger`` again). Not given, that run's one batch holds at most
         ``maxRecordsPerTrigger`` rows.
@@ -382,6 +393,12 @@ class SourceOptions:
         With a write-ahead log, a sync starts as soon as this many elements wait.
     subscribe_timeout_ms : int
         How long the source waits for the publisher's ``on_subscribe`` before failing.
+    fill_timeout_ms : int
+        Where Spark has no admission control for Python sources and there is no
+        write-ahead log: how long the first micro-batch of a query run sized by an explicit
+        ``availableNowMaxRecords`` (under ``availableNow``, the whole run) waits for the
+        publisher to signal more of the rows it requested, once it signalled a first one,
+        before the run fails.
     schema : str or None
         The rows' schema as a DDL string (``"id BIGINT, name STRING"``), given as an
         option rather than with ``.schema(...)``: Spark then creates the source when the
@@ -401,6 +418,7 @@ class SourceOptions:
     wal_sync_ms: int = DEFAULT_WAL_SYNC_MS
     wal_sync_rows: int = DEFAULT_WAL_SYNC_ROWS
     subscribe_timeout_ms: int = DEFAULT_SUBSCRIBE_TIMEOUT_MS
+    fill_timeout_ms: int = DEFAULT_FILL_TIMEOUT_MS
     schema: str | None = None
     available_now_explicit: bool = False
 
@@ -483,6 +501,7 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
     wal_sync_ms = specs.read(lower, "walSyncMs")
     wal_sync_rows = specs.read(lower, "walSyncRows")
     subscribe_timeout = specs.read(lower, "subscribeTimeoutMs")
+    fill_timeout = specs.read(lower, "fillTimeoutMs")
     schema = specs.given(lower, "schema")
     if schema is not None and not schema.strip():
         raise OptionError("schema", schema, "a DDL string such as 'id BIGINT, name STRING' "
@@ -500,6 +519,7 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
                          num_partitions=partitions, available_now_max_records=available_now,
                          raw=raw, wal_sync_ms=wal_sync_ms, wal_sync_rows=wal_sync_rows,
                          subscribe_timeout_ms=subscribe_timeout,
+                         fill_timeout_ms=fill_timeout,
                          schema=schema.strip() if schema else None,
                          available_now_explicit="availablenowmaxrecords" in lower)
 
@@ -772,14 +792,18 @@ def _check_allowed(publisher: str, module_name: str, accepted: str) -> None:
 
 
 def check_wal_location(location: str) -> None:
-    """Raise :class:`OptionError` unless the write-ahead log can be written at ``location``.
+    """Raise :class:`OptionError` unless the write-ahead log can be written at ``location``
+    and, on the local disk, changed by its user alone (see
+    :class:`~pyspark_reactive.source.wal.WalNotPrivate`).
 
     The error shows the location, and the filesystem's reason, without the URI's
     credentials (userinfo, query string)."""
-    from .wal import WriteAheadLog
+    from .wal import WalNotPrivate, WriteAheadLog
 
     try:
         WriteAheadLog(location).probe()
+    except WalNotPrivate as error:
+        raise OptionError("walLocation", location, error.reason) from None
     except OSError as error:
         raise OptionError("walLocation", location,
                           "a writable directory; writing there failed: "

@@ -12,9 +12,12 @@ so a restarted run waits for the stopped one to finish writing.
 
 The rows are the stream's, so on the local disk the log keeps them to its owner: files
 are created 0600 and the directories it creates 0700, whatever the umask, and no file is
-opened through a symbolic link. A segment name without a checksum (as logs of 0.1 wrote
-them) is read only from a log that an older version wrote: the first time this version
-opens a log it writes a ``format`` mark listing such segments, and any other is ignored.
+opened through a symbolic link. Its folder is accepted only where nobody else can change
+it: the folder and everything in it the user's and not writable by others, every folder
+above it the user's or root's and not writable by others unless sticky (``/tmp``). A
+segment name without a checksum (as logs of 0.1 wrote them) is read only from a log that
+an older version wrote: the first time this version opens a log it writes a ``format``
+mark listing such segments, and any other is ignored.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import fcntl
 import json
 import logging
 import os
+import pwd
 import re
+import stat
 import time
 import urllib.parse
 import uuid
@@ -42,7 +47,8 @@ from reactive_streams.adapters.urls import redact_url
 from .._testing.faults import crash_point
 from ..errors import PySparkReactiveError
 
-__all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WalMarkDamaged", "WriteAheadLog"]
+__all__ = ["WalDamaged", "WalEntry", "WalLockTimeout", "WalMarkDamaged", "WalNotPrivate",
+           "WriteAheadLog"]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +115,23 @@ class WalMarkDamaged(PySparkReactiveError, RuntimeError):
             f"{shown!r}{more}, where {expected} is expected. {remedy}")
 
 
+class WalNotPrivate(PySparkReactiveError, PermissionError):
+    """A local ``walLocation`` that someone else than its user (or root) could change: the
+    log's folder or something in it belongs to another user or is writable by others, or
+    a folder above it lets others replace it.
+
+    Raised before anything in the folder is read or written; nothing is changed there.
+    ``path`` is the folder or file at fault, ``reason`` the message after the option's
+    name and value.
+    """
+
+    def __init__(self, location: str, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"reactive source: option walLocation={location!r} is not "
+                         f"accepted: {reason}")
+
+
 # A URI scheme (RFC 3986): a letter, then letters, digits, "+", "-" or ".", then ":".
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
@@ -143,6 +166,149 @@ def local_path(location: str) -> str | None:
     return os.path.normpath(path)
 
 
+# Symbolic links followed on the way to the log's folder before giving up (as Linux does).
+_MAX_LINKS = 40
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_NEW_LOG = ("give walLocation a path that does not exist yet in a folder only you can "
+            "write (one made by tempfile.mkdtemp(), or under your home directory), where the "
+            "log makes its folder, 0700")
+_NEW_LOG_SENTENCE = _NEW_LOG[0].upper() + _NEW_LOG[1:]
+
+
+def _who(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _writers(mode: int) -> str:
+    """Who besides the owner may write, by ``mode``'s bits."""
+    if mode & stat.S_IWOTH:
+        return "every user"
+    return "its group"
+
+
+class _PrivateFolder:
+    """Finds (and makes, 0700, where missing) the local folder of a log, refusing it with
+    :class:`WalNotPrivate` wherever someone else than the user could change what the log
+    reads. Every check uses ``lstat`` and the real path that results, so nothing another
+    user can redirect (a symbolic link, a folder they can rename) is trusted later."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.uid = os.geteuid()
+
+    def refuse(self, path: str, reason: str) -> WalNotPrivate:
+        also = "" if self.uid == 0 else " and root"
+        return WalNotPrivate(
+            self.location, path,
+            f"the write-ahead log must be where only you, {_who(self.uid)}{also}, can change "
+            f"it, since what it holds is read back as the stream's rows; {path!r} {reason}")
+
+    def resolve(self, given: str) -> str:
+        """The real path of the log's folder ``given`` (absolute), made where missing,
+        once every folder on the way to it and everything in it has passed."""
+        self.above("/", os.lstat("/"))
+        pending = list(reversed(given.split("/")))
+        current, links = "/", 0
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":  # current holds no link: its parent is its name's
+                current = os.path.dirname(current)
+                continue
+            path = os.path.join(current, part)
+            held = self.made(path)
+            if stat.S_ISLNK(held.st_mode):
+                # Its target is read now and never again: later paths are real ones.
+                if held.st_uid not in (0, self.uid):
+                    raise self.refuse(path, f"is a symbolic link owned by {_who(held.st_uid)}, "
+                                      f"who can point it elsewhere. {_NEW_LOG_SENTENCE}")
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), given)
+                target = os.readlink(path)
+                if target.startswith("/"):
+                    current = "/"
+                pending.extend(reversed(target.split("/")))
+                continue
+            if not stat.S_ISDIR(held.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+            if any(p not in ("", ".") for p in pending):
+                self.above(path, held)  # the log's own folder: inside() checks it
+            current = path
+        self.inside(current)
+        return current
+
+    def above(self, path: str, held: os.stat_result) -> None:
+        """A folder on the way to the log: who can change it can put another folder in
+        the log's place (rename it, or what leads to it)."""
+        if held.st_uid not in (0, self.uid):
+            raise self.refuse(path, f"is owned by {_who(held.st_uid)}, who can rename what is "
+                              f"in it and put a folder of theirs in its place. "
+                              f"{_NEW_LOG_SENTENCE}")
+        if held.st_mode & _OTHERS_WRITE and not held.st_mode & stat.S_ISVTX:
+            raise self.refuse(path, f"is writable by {_writers(held.st_mode)} and has no sticky "
+                              f"bit, so they can rename what is in it and put a folder of "
+                              f"theirs in its place. {_NEW_LOG_SENTENCE}; or make {path!r} "
+                              f"writable by its owner alone (chmod go-w) or sticky (chmod +t)")
+
+    def inside(self, root: str) -> None:
+        """The log's folder and everything in it: the user's, writable by the user alone
+        (a symbolic link's own mode means nothing, and the log never follows one)."""
+        self.check(root, os.lstat(root), root)
+        folders = [root]
+        while folders:
+            with os.scandir(folders.pop()) as found:
+                for entry in found:
+                    held = entry.stat(follow_symlinks=False)
+                    self.check(entry.path, held, root)
+                    if stat.S_ISDIR(held.st_mode):
+                        folders.append(entry.path)
+
+    def check(self, path: str, held: os.stat_result, root: str) -> None:
+        if held.st_uid != self.uid:
+            raise self.refuse(path, f"is owned by {_who(held.st_uid)}: another user could "
+                              f"have put rows there, so nothing in "
+                              f"{'it' if path == root else repr(root)} can be trusted. "
+                              f"{_NEW_LOG_SENTENCE}; if that folder is yours "
+                              f"(made under another account), make everything in it yours "
+                              f"again (chown -R)")
+        if held.st_mode & _OTHERS_WRITE and not stat.S_ISLNK(held.st_mode):
+            # Not mended here: while it was open, others could have put, renamed or
+            # removed files, which no mode set now undoes.
+            raise self.refuse(path, f"is writable by {_writers(held.st_mode)}: others could "
+                              f"have put, renamed or removed files in the log, which the log "
+                              f"does not mend by changing the mode itself. If nobody else "
+                              f"could have written there, chmod -R go-w {root!r}; otherwise "
+                              f"{_NEW_LOG}")
+
+    def made(self, path: str, root: str | None = None) -> os.stat_result:
+        """``path``'s own status (``lstat``), made a 0700 folder first where missing; in
+        the log whose folder is ``root`` it must be a folder of the user's alone."""
+        try:
+            held = os.lstat(path)
+        except FileNotFoundError:
+            try:
+                os.mkdir(path, _DIR_MODE)
+            except FileExistsError:
+                pass  # made meanwhile by someone else: the checks say whose it is
+            else:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
+                try:
+                    os.fchmod(fd, _DIR_MODE)  # the umask may have taken bits off
+                finally:
+                    os.close(fd)
+            held = os.lstat(path)
+        if root is not None:
+            if not stat.S_ISDIR(held.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+            self.check(path, held, root)
+        return held
+
+
 class WriteAheadLog:
     """A directory of batches, on the local disk or any filesystem pyarrow understands.
 
@@ -152,11 +318,18 @@ class WriteAheadLog:
         A local path, a ``file:`` URI (``file:/tmp/x``, ``file:///tmp/x``), or any URI
         ``pyarrow.fs.FileSystem.from_uri`` accepts (``hdfs://``, ``s3://``, ``gs://``, ...).
 
+    On the local disk the log's folder is made (0700, with any missing folder above it)
+    and checked at once, before anything in it is read: see :class:`WalNotPrivate`.
+
     Raises
     ------
     ValueError
         For a ``file:`` URI of another host or of a relative path, or a URI pyarrow
         does not understand.
+    WalNotPrivate
+        For a local folder that someone else than the user (or root) could change.
+    OSError
+        For a local folder that cannot be made.
     """
 
     def __init__(self, location: str) -> None:
@@ -173,7 +346,9 @@ class WriteAheadLog:
                 raise ValueError(f"pyarrow does not understand this URI: {error}") from error
             self._local: str | None = None
         else:
-            self._local = local
+            # Its real path from now on: nothing on the way to it can be redirected.
+            self._private = _PrivateFolder(self.location)
+            self._local = self._private.resolve(local)
             self._fs, self._root = pafs.LocalFileSystem(), self._local
 
     def _path(self, name: str) -> str:
@@ -190,28 +365,22 @@ class WriteAheadLog:
         self._legacy()
 
     def _make_dirs(self, path: str) -> None:
-        """Create ``path`` and any missing parent; on the local disk each one created
-        0700 (pyarrow's filesystems elsewhere set no modes: see
-        docs/explanation/write-ahead-log.md)."""
+        """Create ``path`` (the log's folder or one in it) and any missing folder between;
+        on the local disk each one 0700 and checked to be the user's alone, as it may
+        have been removed since the log was opened (pyarrow's filesystems elsewhere set
+        no modes: see docs/explanation/write-ahead-log.md)."""
         if self._local is None:
             self._fs.create_dir(path, recursive=True)
             return
-        missing = []
-        head = os.path.abspath(path)
-        while not os.path.isdir(head):
-            missing.append(head)
-            parent = os.path.dirname(head)
-            if parent == head:
-                break
-            head = parent
-        for directory in reversed(missing):
-            try:
-                os.mkdir(directory, _DIR_MODE)
-            except FileExistsError:
-                if not os.path.isdir(directory):
-                    raise
-                continue  # made meanwhile by another process: its mode is its own
-            os.chmod(directory, _DIR_MODE)  # the umask may have taken bits off
+        relative = os.path.relpath(path, self._local)
+        folder = self._local
+        try:
+            self._private.made(folder, self._local)
+        except FileNotFoundError:  # a folder above it went too: made again, all checked
+            self._private.resolve(self._local)
+        for part in ([] if relative == "." else relative.split(os.sep)):
+            folder = os.path.join(folder, part)
+            self._private.made(folder, self._local)
 
     def write(self, entry: WalEntry, batches: list[pa.RecordBatch], schema: pa.Schema,
               key: str | None = None) -> WalEntry:

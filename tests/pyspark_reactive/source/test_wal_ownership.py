@@ -1,0 +1,286 @@
+"""A local write-ahead log is used only where nobody else can change it (issue 27, finding
+4): its folder and everything in it the user's and writable by the user alone, every folder
+above it the user's or root's and not writable by others unless sticky.
+
+The cross-user tests run the other side as uid 65534 (tests/peers/other_user.py) and skip,
+saying why, where this machine cannot; the rest run as any user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StructField, StructType
+from test_source import reactive
+
+from pyspark_reactive.source.options import OptionError, check_wal_location, parse_source_options
+from pyspark_reactive.source.reader import ReactiveStreamReader
+from pyspark_reactive.source.wal import WalEntry, WalNotPrivate, WriteAheadLog
+from reactive_streams import RangePublisher
+
+SCHEMA = pa.schema([("value", pa.int64())])
+# The fix every refusal offers (a sentence of its own, or after "otherwise").
+NEW_LOG = re.compile("give walLocation a path that does not exist yet in a folder only you "
+                     "can write", re.IGNORECASE)
+
+
+def arrow_file(values: list[int]) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, SCHEMA) as writer:
+        writer.write_table(pa.table({"value": pa.array(values, pa.int64())}))
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def refused(location: Path | str, path: Path | str, says: str) -> str:
+    """The start of the refusal of ``location`` for ``path``, and what it says of it."""
+    return (re.escape(f"reactive source: option walLocation={str(location)!r} is not "
+                      f"accepted: the write-ahead log must be where only you, ")
+            + ".*" + re.escape(f"{str(path)!r} {says}"))
+
+
+def one_row_log(location: Path) -> WalEntry:
+    return WriteAheadLog(str(location)).write(
+        WalEntry(0, 1), [pa.record_batch([pa.array([7])], schema=SCHEMA)], SCHEMA)
+
+
+# -- another uid: a squatted folder -------------------------------------------------------
+
+@pytest.fixture
+def other_user() -> Any:
+    from other_user import other_user_reason, run_as_other_user
+
+    reason = other_user_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    return run_as_other_user
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A folder like /tmp (every user may make names there, sticky), reached through
+    folders the other uid can enter."""
+    folder = Path(tempfile.mkdtemp(prefix="wal-shared-"))
+    os.chmod(folder, 0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# As the other uid: make the folder (0777, as squatting a predictable name gives) and plant
+# a format mark naming a checksum-less segment, that segment, and one with a valid CRC.
+_PLANT = """
+import json, os, sys
+target, legacy, planted, named = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+os.makedirs(target, exist_ok=True)
+os.chmod(target, 0o777)
+files = {"format": json.dumps({"format": 2, "legacy": [legacy]}).encode(),
+         legacy: bytes.fromhex(planted), named: bytes.fromhex(planted)}
+for name, data in files.items():
+    with open(os.path.join(target, name), "wb") as handle:
+        handle.write(data)
+print(os.stat(target).st_uid)
+"""
+
+
+def plant(run_as_other_user: Any, target: Path, values: list[int]) -> list[str]:
+    """Have the other uid plant ``values`` at ``target``; return the names it put there."""
+    data = arrow_file(values)
+    legacy = WalEntry(0, len(values)).name
+    named = WalEntry(len(values), 2 * len(values), zlib.crc32(data)).name
+    done = run_as_other_user(_PLANT, str(target), legacy, data.hex(), named)
+    assert done.returncode == 0 and done.stdout.strip() == "65534", done.stderr
+    return sorted(["format", legacy, named])
+
+
+def test_a_folder_another_user_made_first_is_refused_before_anything_is_read(
+        other_user: Any, shared_tmp: Path) -> None:
+    target = shared_tmp / "wal"
+    names = plant(other_user, target, [666, 667])
+    says = "is owned by nobody (uid 65534): another user could have put rows there"
+    # Where load() checks the option, and where the source's runner opens the log.
+    with pytest.raises(OptionError, match=refused(target, target, says)) as raised:
+        check_wal_location(str(target))
+    assert NEW_LOG.search(str(raised.value)) and "tempfile.mkdtemp()" in str(raised.value)
+    subscribed: list[bool] = []
+
+    def factory(options: Any) -> RangePublisher:
+        subscribed.append(True)
+        return RangePublisher(0, 10)
+
+    options = parse_source_options({"walLocation": str(target)}, shipped_factory=True)
+    reader = ReactiveStreamReader(options, StructType([StructField("value", LongType())]),
+                                  factory)
+    try:
+        with pytest.raises(WalNotPrivate, match=refused(target, target, says)):
+            reader.latestOffset({"offset": 0}, None)
+    finally:
+        reader.stop()
+    assert subscribed == []  # refused before the publisher was made
+    # Nothing was changed there: no lock, no format mark of ours, the planted files as made.
+    assert sorted(os.listdir(target)) == names
+    assert json.loads((target / "format").read_text())["legacy"] == [names[0]]
+
+
+def test_a_query_on_a_squatted_folder_fails_to_start_naming_it(
+        other_user: Any, shared_tmp: Path, spark: SparkSession) -> None:
+    target = shared_tmp / "wal"
+    plant(other_user, target, [666, 667])
+    with pytest.raises(Exception, match=refused(target, target, "is owned by nobody")):
+        reactive(spark, publisher="range", walLocation=target).load()
+
+
+def test_a_folder_above_the_log_made_by_another_user_is_refused(
+        other_user: Any, shared_tmp: Path) -> None:
+    # They cannot plant in the log itself (ours, 0700), but can put another in its place.
+    done = other_user(f"import os; os.mkdir({str(shared_tmp / 'app')!r}, 0o755)")
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(WalNotPrivate, match=refused(
+            shared_tmp / "app" / "wal", shared_tmp / "app",
+            "is owned by nobody (uid 65534), who can rename what is in it and put a folder "
+            "of theirs in its place")):
+        WriteAheadLog(str(shared_tmp / "app" / "wal"))
+
+
+def test_a_file_planted_while_the_folder_was_open_is_refused_after_it_is_closed(
+        other_user: Any, shared_tmp: Path) -> None:
+    # Why the log does not just set its folder's mode: what came in meanwhile stays.
+    target = shared_tmp / "wal"
+    one_row_log(target)
+    os.chmod(target, 0o777)
+    with pytest.raises(WalNotPrivate, match=refused(target, target, "is writable by every user")):
+        WriteAheadLog(str(target))
+    done = other_user(f"open({str(target / 'committed.new')!r}, 'w').write('0')")
+    assert done.returncode == 0, done.stderr
+    os.chmod(target, 0o700)
+    with pytest.raises(WalNotPrivate, match=refused(
+            target, target / "committed.new", "is owned by nobody (uid 65534)")):
+        WriteAheadLog(str(target))
+
+
+def test_a_folder_made_by_another_user_between_the_check_and_mkdir_is_refused(
+        other_user: Any, shared_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The race, made certain: the other uid makes the name just before the log's mkdir.
+    target = shared_tmp / "wal"
+    real_mkdir = os.mkdir
+
+    def raced(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path) == target:
+            plant(other_user, target, [666])
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", raced)
+    with pytest.raises(WalNotPrivate, match=refused(target, target, "is owned by nobody")):
+        WriteAheadLog(str(target))
+
+
+def test_a_log_removed_and_made_again_by_another_user_is_refused_at_the_next_write(
+        other_user: Any, shared_tmp: Path) -> None:
+    target = shared_tmp / "wal"
+    wal = WriteAheadLog(str(target))
+    shutil.rmtree(target)  # as by hand while the query runs; the name is free again
+    names = plant(other_user, target, [666])
+    with pytest.raises(WalNotPrivate, match=refused(target, target, "is owned by nobody")):
+        wal.write(WalEntry(0, 1), [pa.record_batch([pa.array([1])], schema=SCHEMA)], SCHEMA)
+    assert sorted(os.listdir(target)) == names  # no row of ours went into their folder
+
+
+# -- the same user: modes, the folders above, links ---------------------------------------
+
+@pytest.mark.parametrize(("mode", "who"), [(0o777, "every user"), (0o770, "its group"),
+                                           (0o1777, "every user")])
+def test_a_log_folder_others_can_write_is_refused_and_left_as_it_is(
+        tmp_path: Path, mode: int, who: str) -> None:
+    target = tmp_path / "wal"
+    written = one_row_log(target)
+    os.chmod(target, mode)
+    before = sorted(os.listdir(target))
+    with pytest.raises(WalNotPrivate, match=refused(target, target, f"is writable by {who}")) \
+            as raised:
+        WriteAheadLog(str(target))
+    assert f"chmod -R go-w {str(target)!r}" in str(raised.value)
+    assert sorted(os.listdir(target)) == before
+    assert stat.S_IMODE(os.stat(target).st_mode) == mode  # not mended silently
+    os.chmod(target, 0o700)  # the fix the message gives
+    assert WriteAheadLog(str(target)).entries() == [written]
+
+
+@pytest.mark.parametrize("inside", ["torn", "torn/deeper", "format", "torn/x.arrow"])
+def test_anything_in_the_log_others_can_write_is_refused(tmp_path: Path, inside: str) -> None:
+    target = tmp_path / "wal"
+    one_row_log(target)
+    path = target / inside
+    if not path.exists():
+        if path.suffix:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            path.write_bytes(b"")
+        else:
+            path.mkdir(mode=0o700, parents=True)
+    os.chmod(path, 0o766 if path.is_dir() else 0o622)
+    with pytest.raises(WalNotPrivate, match=refused(target, path, "is writable by every user")):
+        WriteAheadLog(str(target))
+
+
+@pytest.mark.parametrize(("mode", "accepted"), [(0o777, False), (0o770, False), (0o1777, True),
+                                                (0o755, True), (0o700, True)])
+def test_a_folder_above_others_can_write_without_the_sticky_bit_is_refused(
+        tmp_path: Path, mode: int, accepted: bool) -> None:
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    os.chmod(parent, mode)
+    target = parent / "deeper" / "wal"  # made here, both levels
+    if accepted:
+        WriteAheadLog(str(target))
+        assert stat.S_IMODE(os.stat(target).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(target.parent).st_mode) == 0o700
+        return
+    with pytest.raises(WalNotPrivate, match=refused(target, parent, "is writable by")) as raised:
+        WriteAheadLog(str(target))
+    assert "has no sticky bit" in str(raised.value) and NEW_LOG.search(str(raised.value))
+    assert not (parent / "deeper").exists()  # refused before anything was made there
+
+
+def test_a_log_reached_through_links_of_its_user_lives_at_the_real_path(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to("real")
+    (real / "up").symlink_to("..")
+    wal = WriteAheadLog(str(tmp_path / "link" / "up" / "real" / "wal"))
+    written = wal.write(WalEntry(0, 1), [pa.record_batch([pa.array([1])], schema=SCHEMA)],
+                        SCHEMA)
+    assert (real / "wal" / written.name).is_file()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+@pytest.mark.parametrize("whose", ["link above", "file inside", "folder above"])
+def test_what_another_uid_owns_on_the_way_or_inside_is_refused(tmp_path: Path,
+                                                               whose: str) -> None:
+    target = tmp_path / "wal"
+    if whose == "link above":
+        (tmp_path / "real").mkdir(mode=0o700)
+        (tmp_path / "link").symlink_to("real")
+        os.lchown(tmp_path / "link", 65534, 65534)
+        target, path, says = tmp_path / "link" / "wal", tmp_path / "link", \
+            "is a symbolic link owned by nobody (uid 65534), who can point it elsewhere"
+    elif whose == "file inside":
+        one_row_log(target)
+        path, says = target / "committed", "is owned by nobody (uid 65534)"
+        path.write_text("0")
+        os.chown(path, 65534, 65534)
+    else:
+        (tmp_path / "above").mkdir(mode=0o755)
+        os.chown(tmp_path / "above", 65534, 65534)
+        target, path, says = tmp_path / "above" / "wal", tmp_path / "above", \
+            "is owned by nobody (uid 65534), who can rename"
+    with pytest.raises(WalNotPrivate, match=refused(target, path, says)):
+        WriteAheadLog(str(target))
