@@ -16,6 +16,7 @@ from typing import Any
 from reactive_streams import Publisher
 from reactive_streams.adapters.mqtt import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    MESSAGE_OVERHEAD_BYTES,
     MqttMessage,
     MqttPublisher,
     check_topic_filter,
@@ -37,7 +38,8 @@ __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCH
 #: The broker's window of unacknowledged QoS 1 messages: the most MQTT 5 allows, so that
 #: messages waiting to be durable never hold the stream up.
 DEFAULT_RECEIVE_MAXIMUM = 65535
-#: The most payload bytes read beyond the source's demand (64 MiB): with large messages
+#: The most bytes held for messages read beyond the source's demand (64 MiB; each
+#: message's topic, payload and MESSAGE_OVERHEAD_BYTES): with large payloads or long topics
 #: the count alone (up to maxRecordsPerTrigger more) would let a publisher fill memory.
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 2**20
 #: The rows' schema with the default ``format=message``.
@@ -64,7 +66,9 @@ OPTION_SPECS = OptionSpecs([
     OptionSpec(
         "qos", "The subscription's QoS: with 1, a message is acknowledged to the broker only "
         "once the source says it is durable (written to the write-ahead log, or committed "
-        "by Spark without one); 0 is at-most-once.", "int", 1, minimum=0, maximum=1),
+        "by Spark without one); 0 is at-most-once. A broker that sends a message above the "
+        "QoS granted (QoS 2 always) is cut off and the query fails.", "int", 1, minimum=0,
+        maximum=1),
     OptionSpec(
         "clientId", "The client id, which names the broker's session: with one (and "
         "`cleanStart` false) a restarted query resumes the session and gets every message "
@@ -109,8 +113,10 @@ OPTION_SPECS = OptionSpecs([
         "*discards* larger messages for this client, without telling it, so raise it above "
         "the largest message the topic carries.", "int", DEFAULT_MAX_MESSAGE_BYTES,
         minimum=512, maximum=268_435_460),
-    OptionSpec("maxBufferedBytes", "Payload bytes read beyond the source's demand before "
-               "reading pauses.", "int", DEFAULT_MAX_BUFFERED_BYTES, minimum=1),
+    OptionSpec("maxBufferedBytes", "Bytes held for messages read beyond the source's "
+               "demand before reading pauses: each message's topic and payload, and "
+               f"{MESSAGE_OVERHEAD_BYTES} bytes for its record, so that long topics and "
+               "empty messages count too.", "int", DEFAULT_MAX_BUFFERED_BYTES, minimum=1),
     OptionSpec(
         "format", "`message`: the columns `topic STRING, payload BINARY, qos INT, retain "
         "BOOLEAN, timestamp TIMESTAMP`; `json`: each payload parsed as JSON into the schema "
