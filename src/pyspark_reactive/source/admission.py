@@ -7,7 +7,8 @@ reader's bases the same on every line. :data:`ADMISSION_CONTROL` says which this
 :class:`BatchBound` gives each batch its bound (``maxRecordsPerTrigger``, Spark's read
 limit, the ``availableNow`` bound, ``availableNowMaxRecords`` for a first batch where Spark
 has no admission control), and :class:`FillWait` how long it waits for the publisher
-(``fillWaitMs``, judged by the publisher's rate).
+(``fillWaitMs``, judged by the publisher's rate; where that first batch is a whole run with
+no write-ahead log, every row it requested, ``fillTimeoutMs``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 from .demand_buffer import DemandBuffer
 from .options import SourceOptions
 
-__all__ = ["ADMISSION_CONTROL", "FIRST_RATE_LOOK_S", "BatchBound", "FillWait", "ReadAllAvailable",
-           "ReadMaxRows", "SupportsTriggerAvailableNow"]
+__all__ = ["ADMISSION_CONTROL", "FIRST_RATE_LOOK_S", "QUIET_LOOK_S", "BatchBound", "FillWait",
+           "ReadAllAvailable", "ReadMaxRows", "SupportsTriggerAvailableNow", "rows_owed"]
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (
@@ -48,6 +49,9 @@ log = logging.getLogger("pyspark_reactive.source")
 # How long the first batch looks at what follows a publisher's first element before it
 # judges the publisher's rate (at 200 elements/s it sees about 4 more).
 FIRST_RATE_LOOK_S = 0.02
+# How often a wait for every requested row looks whether the publisher signalled anything:
+# the quiet it measures may run this much past fillTimeoutMs, never short of it.
+QUIET_LOOK_S = 0.25
 
 
 class BatchBound:
@@ -88,9 +92,11 @@ class BatchBound:
                      "sources, so it runs availableNow as one micro-batch and cannot tell "
                      "the source which trigger runs: this run's first batch takes up to "
                      "availableNowMaxRecords=%d elements (rows kept in the write-ahead log "
-                     "first), and the publisher is asked for no more until Spark asks for "
-                     "a second batch; later batches take up to maxRecordsPerTrigger=%d",
-                     first, self.options.max_records_per_trigger)
+                     "first; without one, every element it requests, or the run fails "
+                     "after fillTimeoutMs=%d of silence), and the publisher is asked for no "
+                     "more until Spark asks for a second batch; later batches take up to "
+                     "maxRecordsPerTrigger=%d", first, self.options.fill_timeout_ms,
+                     self.options.max_records_per_trigger)
         return most, first
 
     def subscribed(self, buffer: DemandBuffer, first_batch: int | None) -> None:
@@ -168,6 +174,29 @@ class FillWait:
             buffer.wait(1, self.options.subscribe_timeout_ms / 1000, self._orphaned)
         self._first_waited = True
 
+    def wait_all(self, buffer: DemandBuffer, most: int,
+                 interrupted: Callable[[], bool]) -> bool:
+        """Wait until ``most`` elements are here or the stream ended, for as long as the
+        publisher keeps signalling: False once it signalled nothing for ``fillTimeoutMs``.
+
+        For a run's one batch without a write-ahead log, where Spark has no admission
+        control: every element the publisher signals for what was requested must be in the
+        batch, since the run ends with it and no log keeps the ones signalled later. A
+        publisher slower than ``fillWaitMs`` is waited for; one that goes quiet with rows
+        still requested fails the run (the caller raises) rather than lose them unseen.
+        ``interrupted`` (SIGTERM, a JVM gone) ends the wait early, returning True.
+        """
+        quiet = self.options.fill_timeout_ms / 1000
+        seen, since = buffer.received, time.monotonic()
+        while True:
+            left = since + quiet - time.monotonic()
+            if left <= 0:
+                return False
+            if buffer.wait(most, min(left, QUIET_LOOK_S), interrupted) or interrupted():
+                return True
+            if buffer.received != seen:  # the publisher is still signalling: wait on
+                seen, since = buffer.received, time.monotonic()
+
     def wait(self, buffer: DemandBuffer, most: int) -> None:
         """Wait up to ``fillWaitMs`` for the batch to fill, only while waiting pays.
 
@@ -209,3 +238,22 @@ class FillWait:
         if arrived <= 0 or (most - buffered) * elapsed / arrived > left:
             return
         buffer.wait(most, left, self._orphaned)
+
+
+def rows_owed(options: SourceOptions, requested: int, buffer: DemandBuffer) -> RuntimeError:
+    """The error that fails a run whose one batch (no admission control, no write-ahead
+    log) waited ``fillTimeoutMs`` for rows it requested and the publisher went quiet."""
+    here = buffer.buffered
+    return RuntimeError(
+        f"reactive source: this Spark runs an availableNow trigger over a Python source as "
+        f"one micro-batch (it has no admission control for Python sources), and this run's "
+        f"batch requested {requested} rows from the publisher (availableNowMaxRecords="
+        f"{options.available_now_max_records}); the publisher signalled {here} of them, then "
+        f"none for {options.fill_timeout_ms} ms (fillTimeoutMs={options.fill_timeout_ms}). "
+        "Without walLocation, rows it signalled once the run had ended would be lost "
+        f"unseen, so the run fails instead (the {here} rows received are not delivered). "
+        "Set walLocation (the batch then takes what arrived within fillWaitMs and the log "
+        "keeps later rows for the next run), a smaller availableNowMaxRecords, or a larger "
+        "fillTimeoutMs. The source cannot tell the trigger on this Spark: a first batch "
+        "under any trigger is sized and waited for this way when availableNowMaxRecords is "
+        "given.")

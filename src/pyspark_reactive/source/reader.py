@@ -19,7 +19,9 @@ Where Spark has no admission control for Python sources
 (:data:`~pyspark_reactive.source.admission.ADMISSION_CONTROL` false: Spark 4.0/4.1), it runs
 an ``availableNow`` trigger as a single micro-batch and never tells the source which
 trigger runs; an ``availableNowMaxRecords`` given explicitly then sizes the first batch of
-every query run (see :class:`~pyspark_reactive.source.options.SourceOptions`).
+every query run, which without a write-ahead log takes every row it requested or fails the
+run after ``fillTimeoutMs`` of silence, so no row signalled within demand is left to a run
+that has ended (see :class:`~pyspark_reactive.source.options.SourceOptions`).
 """
 
 from __future__ import annotations

@@ -13,13 +13,14 @@ again, then cuts a new batch from the buffer, durable before Spark learns its en
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from .._testing.faults import crash_point
-from .admission import BatchBound, FillWait
+from .admission import ADMISSION_CONTROL, BatchBound, FillWait, rows_owed
 from .demand_buffer import DemandBuffer
 from .durability import ResumePoint
 from .options import SourceOptions
@@ -30,6 +31,8 @@ from .termination import Termination
 from .upstream import Factory, Upstream, make_publisher
 
 __all__ = ["QueryRun"]
+
+log = logging.getLogger("pyspark_reactive.source")
 
 
 class QueryRun:
@@ -107,7 +110,20 @@ class QueryRun:
             most = min(most, self.bound.available_now_left)
         if self.bound.available_now_left is not None or first is not None:
             self.fill.wait_for_first(buffer)
-        self.fill.wait(buffer, most)
+        # Without admission control (Spark 4.0/4.1) Spark runs availableNow as one
+        # micro-batch and cannot tell the source: the first batch a run cuts from its
+        # subscription may be the whole run, and without a log rows still requested when
+        # it is cut would be signalled to a run that has ended, and lost.
+        whole_run = (not ADMISSION_CONTROL and upstream.released == 0
+                     and self.log.wal is None)
+        if first is not None and self.log.wal is None:
+            # The run's bound, given explicitly, with no log to keep late rows: the batch
+            # takes every row it requested (once a first one came), or the run fails.
+            if buffer.buffered and not self.fill.wait_all(buffer, most,
+                                                          self.termination.ending):
+                raise rows_owed(self.options, most, buffer)
+        else:
+            self.fill.wait(buffer, most)
         self.termination.check_orphaned()
         try:
             intake.sync()  # the batch's rows are durable before Spark learns its end
@@ -129,10 +145,22 @@ class QueryRun:
                 raise failure
             return start
         upstream.released += taken
-        if first is not None:
-            # Without admission control this batch may be the whole availableNow run:
-            # request nothing more until Spark asks for another (as 4.2+ would not).
+        if first is not None or whole_run:
+            # This batch may be the whole availableNow run: request nothing more until
+            # Spark asks for another (as 4.2+ would not), when the window opens again.
+            # (With a log and no explicit bound the refill goes on: the log keeps it.)
             buffer.limit_demand(0)
+            self.bound.window_pending = True
+            if first is None and buffer.outstanding:
+                log.warning(
+                    "reactive source: this Spark runs an availableNow trigger over a Python "
+                    "source as one micro-batch and cannot tell the source which trigger "
+                    "runs; this query run's first batch was cut after fillWaitMs with rows "
+                    "still requested from the publisher. If the trigger is availableNow, "
+                    "rows the publisher signals for them after the run ends are lost "
+                    "(no walLocation; the runner logs how many as it stops): give "
+                    "availableNowMaxRecords, whose batch takes every row it requests, or "
+                    "walLocation, which keeps them for the next run")
         buffer.release(taken)
         self.fill.cut(buffer)
         self.bound.took(taken)

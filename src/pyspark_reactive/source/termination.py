@@ -52,6 +52,11 @@ class Termination:
         """Whether the JVM that started this runner is gone."""
         return os.getppid() != self.parent
 
+    def ending(self) -> bool:
+        """Whether the run is ending: SIGTERM arrived (and waits for the call under way),
+        or the JVM is gone. A long wait in a call looks at this to end early."""
+        return self._terminating or self.orphaned()
+
     def check_orphaned(self) -> None:
         """End the run, and the process, if the JVM that started this runner is gone."""
         if self.orphaned():
