@@ -312,8 +312,11 @@ SOURCE_OPTION_SPECS = OptionSpecs([
         "walLocation", "Where the write-ahead log lives, one per query: every element the "
         "publisher signalled is kept there until Spark commits it, so a restart with the "
         "same checkpoint loses and repeats nothing. Without it, rows not yet processed when "
-        "the query stops are lost.",
-        accepted="a local path, a file: URI (file:/tmp/wal, file:///tmp/wal) or any "
+        "the query stops are lost. On the local disk only you (and root) may be able to "
+        "change it: give a path that does not exist yet in a folder of yours (one from "
+        "`tempfile.mkdtemp()`, or under your home directory); the log makes its folder "
+        "there, 0700.",
+        accepted="a local path, a file: URI (file:/home/me/wal, file:///home/me/wal) or any "
         "filesystem URI pyarrow understands (hdfs://, s3://, ...)"),
     OptionSpec(
         "walSyncMs", "With `walLocation`: rows that arrived are synced to the log at least "

@@ -161,8 +161,8 @@ def local_path(location: str) -> str | None:
             f"/{parsed.netloc}{parsed.path} if that is what you meant")
     path = urllib.parse.unquote(parsed.path)
     if not path.startswith("/") or parsed.query or parsed.fragment:
-        raise ValueError("a file: URI must name an absolute path, as in file:/tmp/wal or "
-                         "file:///tmp/wal")
+        raise ValueError("a file: URI must name an absolute path, as in file:/home/me/wal "
+                         "or file:///home/me/wal")
     return os.path.normpath(path)
 
 
