@@ -256,17 +256,19 @@ class _PrivateFolder:
                               f"writable by its owner alone (chmod go-w) or sticky (chmod +t)")
 
     def inside(self, root: str) -> None:
-        """The log's folder and everything in it: the user's, writable by the user alone
-        (a symbolic link's own mode means nothing, and the log never follows one)."""
+        """The log's folder, everything in it and in its ``torn/``: the user's, writable
+        by the user alone (a symbolic link's own mode means nothing, and the log never
+        follows one). Deeper folders hold nothing the log uses, and a folder given by
+        mistake (a home directory) is not walked whole."""
         self.check(root, os.lstat(root), root)
-        folders = [root]
-        while folders:
-            with os.scandir(folders.pop()) as found:
+        for folder in (root, os.path.join(root, _TORN)):
+            try:
+                found = os.scandir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # no torn/ yet (or a file by that name, checked as an entry)
+            with found:
                 for entry in found:
-                    held = entry.stat(follow_symlinks=False)
-                    self.check(entry.path, held, root)
-                    if stat.S_ISDIR(held.st_mode):
-                        folders.append(entry.path)
+                    self.check(entry.path, entry.stat(follow_symlinks=False), root)
 
     def check(self, path: str, held: os.stat_result, root: str) -> None:
         if held.st_uid != self.uid:
