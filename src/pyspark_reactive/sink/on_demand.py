@@ -24,7 +24,10 @@ its publisher signalled beyond a run's bound and offers it first in the next run
 row is lost or repeated across runs; without it, rows a publisher signals beyond what was
 requested (it should not: the source requests exactly the bound) are lost with the run.
 Spark 4.0/4.1 have no admission control for Python sources: each run there is one
-micro-batch, which an explicit ``availableNowMaxRecords`` sizes.
+micro-batch, which an explicit ``availableNowMaxRecords`` sizes and which, without
+``walLocation``, takes every row it requested (or fails the run after ``fillTimeoutMs`` of
+silence from the publisher), so no row signalled within the bound is left to a run that
+has ended.
 """
 
 from __future__ import annotations

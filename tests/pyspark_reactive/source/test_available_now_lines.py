@@ -80,9 +80,11 @@ def test_an_available_now_run_without_admission_control_reads_one_batch(
         assert values(spark, name) == list(range(1000))
     else:
         # One micro-batch of maxRecordsPerTrigger, then the query ends; the rest stays
-        # with the publisher (here: requested for a next batch, and lost without a log).
+        # with the publisher: without a log, nothing more is requested for a next batch
+        # (rows signalled for it would be lost with the run).
         assert watch.batch_sizes(query) == [300]
         assert values(spark, name) == list(range(300))
+        assert Recording(record).requests == [300]
 
 
 def test_explicit_available_now_max_records_bounds_the_run_on_every_line(

@@ -64,6 +64,7 @@ INTEGER_OPTIONS = {
     "fillWaitMs": (0, MS_MAX),
     "walSyncMs": (1, MS_MAX),
     "subscribeTimeoutMs": (1, MS_MAX),
+    "fillTimeoutMs": (1, MS_MAX),
 }
 
 # kind of invalid value -> (value, what the message says about it); {min} and {max} are
