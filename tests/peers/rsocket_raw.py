@@ -57,11 +57,18 @@ class RawPeer:
         self._buffer = b""
 
     @classmethod
-    def connect(cls, port: int, receive_buffer: int | None = None) -> RawPeer:
-        sock = socket.socket()
+    def connect(cls, port: int, receive_buffer: int | None = None,
+                host: str = "127.0.0.1") -> RawPeer:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         if receive_buffer is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-        sock.connect(("127.0.0.1", port))
+        sock.connect((host, port))
+        return cls(sock)
+
+    @classmethod
+    def connect_unix(cls, path: str) -> RawPeer:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(path)
         return cls(sock)
 
     def send(self, data: bytes) -> None:
@@ -94,3 +101,13 @@ class RawPeer:
 
 def error_of(body: bytes) -> tuple[int, str]:
     return struct.unpack(">I", body[:4])[0], body[4:].decode()
+
+
+def ipv6_loopback() -> bool:
+    """Whether this machine has an IPv6 loopback (::1) to listen on."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True

@@ -1,14 +1,18 @@
 """The RSocket adapter against real peers on 127.0.0.1: RSocketPublisher against a plain
 rsocket-py server (and under the TCK), serve() against a plain rsocket-py client, and the
-two of ours against each other."""
+two of ours against each other, over TCP (both loopback families) and a Unix socket."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +25,7 @@ from rsocket_peer import (
     settled,
     socket_allowance,
 )
+from rsocket_raw import ipv6_loopback
 
 from reactive_streams import (
     UNBOUNDED,
@@ -299,6 +304,78 @@ class TestRSocketPublisherAgainstServeTCK(TestRSocketPublisherTCK):
         count = min(elements, 2**62)  # LONG_MAX (an endless stream) fits no RangePublisher
         return RSocketPublisher("127.0.0.1", self.service.port, data=str(count).encode(),
                                 decode=int, token=self.service.token)
+
+
+class TestRSocketPublisherOverAUnixSocketTCK(TestRSocketPublisherAgainstServeTCK):
+    """The same round trip over a Unix domain socket (what expose() serves by default)."""
+
+    folder: str
+
+    @classmethod
+    def setup_class(cls) -> None:
+        TestRSocketPublisherTCK.setup_class()
+        cls.folder = tempfile.mkdtemp()
+        cls.service = serve(lambda request: RangePublisher(0, int(request.data)),
+                            encode=lambda i: str(i).encode(),
+                            path=os.path.join(cls.folder, "socket"))
+
+    @classmethod
+    def teardown_class(cls) -> None:
+        super().teardown_class()
+        shutil.rmtree(cls.folder, ignore_errors=True)
+
+    def create_publisher(self, elements: int) -> Publisher[int]:
+        count = min(elements, 2**62)
+        return RSocketPublisher(path=self.service.path, data=str(count).encode(), decode=int,
+                                token=self.service.token)
+
+    def create_failed_publisher(self) -> Publisher[int] | None:
+        return RSocketPublisher(path=os.path.join(self.folder, "nobody-listens"), decode=int)
+
+
+def test_serve_and_the_client_speak_over_a_unix_socket(tmp_path: Path) -> None:
+    path = str(tmp_path / "socket")
+    with serve(RangePublisher(0, 3), encode=lambda i: str(i).encode(), path=path) as service:
+        assert (service.path, service.port, service.host) == (path, None, "")
+        assert service.addresses == [f"unix:{path}"] and repr(service).startswith(
+            f"RSocketService(unix:{path},")
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        assert collect(RSocketPublisher(path=path, decode=int, token=service.token),
+                       timeout=10) == [0, 1, 2]
+        with pytest.raises(RemoteStreamError, match=(
+                rf"^RSocket request-stream from unix:{re.escape(path)} \(no route\): the "
+                "server refused the connection: REJECTED_SETUP")):
+            collect(RSocketPublisher(path=path), timeout=10)
+    assert not os.path.exists(path)  # removed with the service
+    with pytest.raises(RemoteStreamError, match=r"unix:.*: cannot connect: "):
+        collect(RSocketPublisher(path=path), timeout=10)
+    for arguments, message in [
+            ({"path": "relative/socket"}, "path='relative/socket' is not accepted: the "
+                                          "absolute path of a Unix domain socket"),
+            ({"path": "/" + "x" * 120}, r"path=./x+.\.\.\. \(121 bytes\) is not accepted: a "
+                                        "Unix socket's path holds at most 107 bytes"),
+            ({"path": path, "port": 7}, r"give path \(a Unix domain socket\) or host and "
+                                        "port, not both")]:
+        with pytest.raises(ValueError, match=f"^serve: {message}"):
+            serve(RangePublisher(0, 1), **arguments)
+    with pytest.raises(ValueError, match="^RSocketPublisher: give path"):
+        RSocketPublisher("127.0.0.1", 1, path=path)
+    with pytest.raises(ValueError, match="^RSocketPublisher: path='x' is not accepted"):
+        RSocketPublisher(path="x")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost"])
+def test_a_loopback_service_is_served_on_the_loopback_of_both_families(host: str) -> None:
+    if not ipv6_loopback():
+        pytest.skip("no IPv6 loopback here: a service on 127.0.0.1 is all there is")
+    with serve(RangePublisher(0, 3), host=host, encode=lambda i: str(i).encode()) as service:
+        port = service.port
+        assert sorted(service.addresses) == [f"127.0.0.1:{port}", f"[::1]:{port}"]
+        # A client dialling localhost may resolve either first: both are this service.
+        for address in ("127.0.0.1", "::1", "localhost"):
+            assert collect(RSocketPublisher(address, port, decode=int, token=service.token),
+                           timeout=10) == [0, 1, 2]
+        assert RSocketPublisher("::1", port).address == f"[::1]:{port}"
 
 
 # -- serve() against a plain rsocket-py client -----------------------------------------------

@@ -9,6 +9,9 @@ stream confirms to a deferring subscription only what the client has read.
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
 import re
 import socket
 import struct
@@ -33,6 +36,7 @@ from rsocket_raw import (
     RawPeer,
     error_of,
     frame,
+    ipv6_loopback,
     keepalive,
     payload,
     request_stream,
@@ -301,18 +305,248 @@ def test_streams_per_connection_and_connections_per_service_are_capped() -> None
 
 
 def test_connections_that_send_no_setup_do_not_keep_a_client_with_the_token_out() -> None:
-    with serve(RangePublisher(0, 3), encode=encode, max_connections=2) as service:
-        # Anyone can connect to 127.0.0.1: twice the cap of connections that say nothing.
+    with serve(RangePublisher(0, 3), encode=encode, max_pending=4) as service:
+        # Anyone can connect to 127.0.0.1: as many connections as may wait, saying nothing.
         idle = [RawPeer.connect(service.port) for _ in range(4)]
-        wait_until(lambda: len(service._connections) == 4, 30, "the idle connections")
+        wait_until(lambda: service._gate.pending == 4, 30, "the idle connections")
+        # None of them is an rsocket-py connection yet: they cost a socket each.
+        assert not service._connections
         # The client with the token is served at once, not after their SETUP_TIMEOUT.
         assert collect(RSocketPublisher("127.0.0.1", service.port, decode=int,
-                                        token=service.token), timeout=5) == [0, 1, 2]
-        # The oldest of them made room.
+                                        token=service.token), timeout=10) == [0, 1, 2]
+        # One more closes the oldest of them (all are this user's).
+        late = RawPeer.connect(service.port)
         with pytest.raises((EOFError, ConnectionResetError)):
             idle[0].next()
-        for peer in idle:
+        assert service._gate.evicted == 1 and service._gate.pending == 4
+        for peer in [*idle, late]:
             peer.close()
+
+
+# -- another user of this machine ----------------------------------------------------------
+
+def _other_user() -> None:
+    from other_user import other_user_reason
+
+    reason = other_user_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+class Rendezvous:
+    """A line-by-line channel on 127.0.0.1 to a script run as another user: it connects to
+    ``port``, says where it is, and waits for ``release()``: waits are on events, not
+    sleeps, on both sides."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(60)
+        self.port = self._listener.getsockname()[1]
+        self._peer: socket.socket | None = None
+        self._lines: Any = None
+
+    def wait_for(self, line: str) -> str:
+        if self._peer is None:
+            self._peer, _ = self._listener.accept()
+            self._peer.settimeout(60)
+            self._lines = self._peer.makefile("r")
+        got = self._lines.readline().strip()
+        assert got.startswith(line), f"the other user said {got!r}, not {line!r}"
+        return str(got)
+
+    def release(self) -> None:
+        assert self._peer is not None
+        self._peer.sendall(b"go\n")
+
+    def close(self) -> None:
+        if self._peer is not None:
+            self._peer.close()
+        self._listener.close()
+
+
+class InBackground:
+    """``run_as_other_user(code, *args)`` on a thread; ``result()`` waits for it."""
+
+    def __init__(self, code: str, *args: str) -> None:
+        from other_user import run_as_other_user
+
+        self._done: list[Any] = []
+        self._thread = threading.Thread(
+            target=lambda: self._done.append(run_as_other_user(code, *args, timeout=90)),
+            daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join(120)
+        assert self._done, "the other user's script did not end"
+        done = self._done[0]
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# Run as another user: listen on the loopback address of the other family at the service's
+# port, as anyone who wants the token of a client dialling localhost would; if that works,
+# take a connection and report what it sent.
+_SQUATTER = r"""
+import json, socket, sys
+family, address, port, control = sys.argv[1] == "6", sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+talk = socket.create_connection(("127.0.0.1", control), timeout=60)
+squat = socket.socket(socket.AF_INET6 if family else socket.AF_INET)
+try:
+    squat.bind((address, port))
+    squat.listen(8)
+except OSError as error:
+    talk.sendall(f"refused {error.errno}\n".encode())
+    print(json.dumps({"listening": False, "errno": error.errno}))
+    sys.exit(0)
+talk.sendall(b"listening\n")
+squat.settimeout(20)
+received = b""
+try:
+    peer, _ = squat.accept()
+    peer.settimeout(5)
+    while len(received) < 4096:
+        chunk = peer.recv(4096)
+        if not chunk:
+            break
+        received += chunk
+except OSError:
+    pass
+print(json.dumps({"listening": True, "received": received.decode("latin-1")}))
+"""
+
+
+@pytest.mark.parametrize(("host", "other"), [("127.0.0.1", "::1"), ("::1", "127.0.0.1")])
+def test_another_user_cannot_listen_on_the_other_loopback_of_a_service(host: str,
+                                                                       other: str) -> None:
+    # A client dialling localhost may try ::1 first (or 127.0.0.1): whoever listened there
+    # at the service's port would be sent its token. The service holds both.
+    _other_user()
+    if not ipv6_loopback():
+        pytest.skip("no IPv6 loopback here: nobody can listen on [::1], and a service on "
+                    "127.0.0.1 is all a client dialling localhost can reach")
+    rendezvous = Rendezvous()
+    try:
+        with serve(RangePublisher(0, 3), host=host, encode=encode) as service:
+            squatter = InBackground(_SQUATTER, "6" if ":" in other else "4", other,
+                                    str(service.port), str(rendezvous.port))
+            rendezvous.wait_for("")  # it tried
+            # The user's own clients, on either address and by name: served by the service.
+            got: dict[str, Any] = {}
+            for address in (other, host, "localhost"):
+                try:
+                    got[address] = collect(RSocketPublisher(address, service.port, decode=int,
+                                                            token=service.token), timeout=10)
+                except Exception as error:
+                    got[address] = error
+            seen = squatter.result()
+            addresses = service.addresses
+            token = service.token
+    finally:
+        rendezvous.close()
+    stolen = token is not None and token in seen.get("received", "")
+    assert not stolen, "the other user was sent the token"
+    assert seen == {"listening": False, "errno": errno.EADDRINUSE}, seen
+    assert got == {other: [0, 1, 2], host: [0, 1, 2], "localhost": [0, 1, 2]}, got
+    assert sorted(addresses) == sorted([f"127.0.0.1:{service.port}", f"[::1]:{service.port}"])
+
+
+def test_a_port_whose_other_loopback_is_taken_is_refused_saying_so() -> None:
+    if not ipv6_loopback():
+        pytest.skip("no IPv6 loopback here: nothing can take [::1]")
+    with socket.socket(socket.AF_INET6) as taken:
+        taken.bind(("::1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=re.escape(
+                f"[::1]:{port} is in use by another socket: a client dialling localhost:"
+                f"{port} could reach it instead of this service")):
+            serve(RangePublisher(0, 1), port=port)
+        # Nothing of the attempt stays bound: 127.0.0.1 at that port is free again.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))
+
+
+# Run as another user: silent connections to the service (kept open, nothing sent), then
+# what became of them once the test releases it: none may have received a byte.
+_FLOOD = r"""
+import json, socket, sys
+port, control, count = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+held = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(count)]
+talk = socket.create_connection(("127.0.0.1", control), timeout=60)
+talk.sendall(b"flooded\n")
+talk.settimeout(60)
+talk.recv(16)
+closed, received = 0, b""
+for sock in held:
+    sock.setblocking(False)
+    try:
+        chunk = sock.recv(4096)
+        received += chunk
+        closed += not chunk
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed += 1
+print(json.dumps({"opened": len(held), "closed": closed, "received": len(received)}))
+"""
+
+
+def test_another_users_silent_connections_never_close_ours_nor_keep_a_client_out(
+        caplog: pytest.LogCaptureFixture) -> None:
+    _other_user()
+    flood, room = 120, 8
+    rendezvous = Rendezvous()
+    try:
+        with caplog.at_level(logging.WARNING), serve(RangePublisher(0, 3), encode=encode,
+                                                   max_pending=room) as service:
+            # A client of this user that is slow to send its SETUP: the oldest waiting.
+            ours = RawPeer.connect(service.port)
+            wait_until(lambda: service._gate.pending == 1, 30, "our connection waiting")
+            attacker = InBackground(_FLOOD, str(service.port), str(rendezvous.port),
+                                    str(flood))
+            rendezvous.wait_for("flooded")
+            # Every connection of theirs past the room made closed one of theirs.
+            wait_until(lambda: service._gate.evicted >= flood - (room - 1), 30,
+                       "the other user's connections closed to make room")
+            # A client with the token is served meanwhile ...
+            assert collect(RSocketPublisher("127.0.0.1", service.port, decode=int,
+                                            token=service.token), timeout=10) == [0, 1, 2]
+            # ... and ours, older than all of theirs, was never closed for them.
+            ours.send(setup(service.token) + request_stream(1, 3))
+            assert [ours.next_of(PAYLOAD)[2] for _ in range(3)] == [b"0", b"1", b"2"]
+            ours.close()
+            rendezvous.release()
+            seen = attacker.result()
+    finally:
+        rendezvous.close()
+    assert seen["opened"] == flood and seen["received"] == 0, seen
+    assert seen["closed"] >= flood - room, seen
+    # A bounded number of lines for the whole flood: its count, in one summary; no
+    # rsocket-py traceback, nothing per connection.
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and not lines[0].exc_info, [r.getMessage() for r in lines]
+    assert re.search(r"closed before their first frame to make room for newer ones "
+                     rf"\(max_pending={room}\): \d+", lines[0].getMessage()), lines[0]
+    assert not [r for r in caplog.records if r.name == "pyrsocket"
+                and r.levelno >= logging.WARNING]
+
+
+def test_a_flood_of_refused_connections_logs_a_bounded_number_of_lines(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING), serve(RangePublisher(0, 3), encode=encode) as service:
+        for _ in range(40):
+            peer = RawPeer.connect(service.port)
+            peer.send(setup("a guess"))
+            assert error_of(peer.next_of(ERROR)[2])[0] == REJECTED_SETUP
+            peer.close()
+        assert service.connections_refused == 40
+    lines = [r.getMessage() for r in caplog.records]
+    # Five one by one, the other 35 counted in one line (at the latest when it closes).
+    assert len(lines) == 6, lines
+    assert all("refused a connection from 127.0.0.1:" in line for line in lines[:5])
+    assert lines[5].endswith("refused: no token, another token or no SETUP: 35"), lines[5]
+    assert "a guess" not in caplog.text
 
 
 # -- honest delivery -----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Publishers of this process, served over RSocket (extra ``rsocket``): :func:`expose` a live
 publisher to a streaming query's source, which runs in another process and connects back
-over 127.0.0.1, and :func:`serve_publisher` a query's output (a ``ForeachBatchPublisher``)
+over a Unix domain socket in a private folder (127.0.0.1 where there are none), and
+:func:`serve_publisher` a query's output (a ``ForeachBatchPublisher``)
 to remote clients, whose REQUEST_N then paces the query. Both ask each connection for a
 token: ``expose`` hands its own to the source through a private file, never through the
 reader's options (which the plan shows).
@@ -15,6 +16,8 @@ import json
 import math
 import os
 import shutil
+import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +30,9 @@ from reactive_streams import Publisher
 __all__ = ["Exposed", "expose", "serve_publisher", "to_json"]
 
 _FORMATS = ("json", "text", "bytes")
+# What a Unix socket's address holds on Linux (108 bytes, the terminating NUL included);
+# 103 elsewhere, where the temporary directory is short enough anyway.
+_MAX_SOCKET_PATH_BYTES = 107 if sys.platform.startswith("linux") else 103
 
 
 _SCALARS = (str, int, type(None))  # bool is an int
@@ -230,35 +236,31 @@ def serve_publisher(publisher: Publisher[Any], host: str = "127.0.0.1", port: in
 
 
 class Exposed:
-    """A live publisher served on 127.0.0.1 for a query's source; made by :func:`expose`.
+    """A live publisher served for a query's source; made by :func:`expose`.
 
     Attributes
     ----------
     options : dict of str to str
-        The reader options that read it: ``publisher=rsocket``, ``host``, ``port``,
-        ``format``, ``tokenFile`` (the path of a file, readable by this user only, that
-        holds the service's token: the token itself is in no option, since options show
-        in the query's plan) and ``route`` (when one was given).
+        The reader options that read it: ``publisher=rsocket``, ``socketPath`` (the Unix
+        domain socket, in a folder only this user can enter) or ``host`` and ``port``
+        (TCP), ``format``, ``tokenFile`` (the path of a file, readable by this user only,
+        that holds the service's token: the token itself is in no option, since options
+        show in the query's plan) and ``route`` (when one was given).
     service : reactive_streams.adapters.rsocket.RSocketService
-        The server.
+        The server: its ``path`` on a Unix domain socket (``port`` is then ``None``), its
+        ``host`` and ``port`` over TCP.
     """
 
-    def __init__(self, service: Any, fmt: str, route: str | None) -> None:
+    def __init__(self, service: Any, fmt: str, route: str | None, folder: str,
+                 token_file: str) -> None:
         self.service = service
-        self._folder: str | None = None
-        try:
-            self._folder = tempfile.mkdtemp(prefix="pyspark-reactive-expose-")  # 0700
-            token_file = os.path.join(self._folder, "token")
-            handle = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o600)
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                file.write(service.token)
-        except BaseException:
-            self.close()
-            raise
-        self.options: dict[str, str] = {"publisher": "rsocket", "host": service.host,
-                                        "port": str(service.port), "format": fmt,
-                                        "tokenFile": token_file}
+        self._folder: str | None = folder
+        self.options: dict[str, str] = {"publisher": "rsocket"}
+        if service.path is not None:
+            self.options["socketPath"] = service.path
+        else:
+            self.options.update(host=service.host, port=str(service.port))
+        self.options.update(format=fmt, tokenFile=token_file)
         if route is not None:
             self.options["route"] = route
 
@@ -289,7 +291,7 @@ class Exposed:
 
     def close(self) -> None:
         """Stop serving: connected queries' streams fail, as with any lost server. The
-        token file goes too."""
+        token file and the socket's folder go too."""
         self.service.close()
         folder, self._folder = self._folder, None
         if folder is not None:
@@ -305,7 +307,11 @@ class Exposed:
         return f"Exposed({self.options})"
 
 
-def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
+def _unix_sockets() -> bool:
+    return hasattr(socket, "AF_UNIX") and sys.platform != "win32"
+
+
+def expose(publisher: Publisher[Any], host: str | None = None, port: int | None = None,
            route: str | None = None, *, format: str = "json",
            encode: Callable[[Any], bytes] | None = None, token: str | None = None) -> Exposed:
     """Serve a publisher that lives in this process to the ``reactive`` source.
@@ -317,25 +323,31 @@ def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
     live publisher as ``request(n)``. Each query run subscribes once: the publisher must
     accept a subscriber per run (a query restarted from its checkpoint subscribes again).
 
-    Only the query's source connects: the service asks each connection for a token
-    (random unless ``token`` is given), which the source reads from a file that only
-    this user can read (a 0600 file in a 0700 folder of the temporary directory, removed
-    by :meth:`Exposed.close`); its path, not the token, is the ``tokenFile`` option.
-    Another user of this machine can connect to 127.0.0.1 but gets no row.
+    Only the query's source connects. By default the service listens on a Unix domain
+    socket in a folder of the temporary directory that only this user can enter (0700,
+    removed by :meth:`Exposed.close`): no other user of this machine can even connect,
+    so none can crowd the source out with connections of their own. Where the platform
+    has no Unix domain sockets, or when ``host`` or ``port`` is given, it listens on TCP
+    (127.0.0.1 by default, with ``[::1]`` at the same port), which every local user can
+    connect to. Either way it asks each connection for a token (random unless ``token``
+    is given), which the source reads from a 0600 file in that folder; its path, not the
+    token, is the ``tokenFile`` option.
 
-    Works wherever the source runner can reach this process at ``host`` and read the
-    token file (it runs as this user): classic PySpark, and a Spark Connect server on
-    this machine run by this user. A Connect server on another
-    machine (Databricks, a remote cluster) cannot reach 127.0.0.1 of this one.
+    Works wherever the source runner runs on this machine as this user (it connects to
+    the socket and reads the token file): classic PySpark, and a Spark Connect server on
+    this machine run by this user. A Connect server on another machine (Databricks, a
+    remote cluster) cannot reach this one.
 
     Parameters
     ----------
     publisher : Publisher
         The live publisher.
-    host : str
-        The address to listen on (and for the source to connect to).
-    port : int
-        0 (default) picks a free port.
+    host : str, optional
+        Listen on TCP at this address (and for the source to connect to) instead of a
+        Unix domain socket.
+    port : int, optional
+        Listen on TCP at this port (0 picks a free one) instead of a Unix domain socket;
+        with ``host`` alone, a free port.
     route : str, optional
         The route served and requested; ``None``: none.
     format : {"json", "text", "bytes"}
@@ -373,5 +385,25 @@ def expose(publisher: Publisher[Any], host: str = "127.0.0.1", port: int = 0,
                          f"{', '.join(_FORMATS)}")
     if encode is None and format == "json":
         encode = to_json
-    return Exposed(_serve("expose", publisher, host, port, route, encode, token=token),
-                   format, route)
+    folder = tempfile.mkdtemp(prefix="pyspark-reactive-expose-")  # 0700
+    try:
+        token_file = os.path.join(folder, "token")
+        path: str | None = None
+        if host is None and port is None and _unix_sockets():
+            path = os.path.join(folder, "socket")
+            if len(os.fsencode(path)) > _MAX_SOCKET_PATH_BYTES:
+                path = None  # a temporary directory too deep for a socket's name: TCP
+        service = _serve("expose", publisher, "127.0.0.1" if host is None else host,
+                         0 if port is None else port, route, encode, token=token, path=path)
+        try:
+            handle = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600)
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(service.token)
+        except BaseException:
+            service.close()
+            raise
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return Exposed(service, format, route, folder, token_file)

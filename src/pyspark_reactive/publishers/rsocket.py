@@ -1,12 +1,14 @@
-"""The built-in publisher ``rsocket``: a request-stream of an RSocket server (TCP) as rows,
-paced by the source's demand (each micro-batch's ``request(n)`` reaches the server as
-REQUEST_N). Made in the source runner; it connects only when the source subscribes.
+"""The built-in publisher ``rsocket``: a request-stream of an RSocket server (TCP, or a Unix
+domain socket) as rows, paced by the source's demand (each micro-batch's ``request(n)``
+reaches the server as REQUEST_N). Made in the source runner; it connects only when the
+source subscribes.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,6 +38,10 @@ _MAX_FRAME_BYTES = (1 << 24) - 1
 # A token is never shown, in errors either.
 _HIDDEN = "(hidden)"
 _HOST = "the RSocket server's host name or address"
+# A Unix socket's address holds 108 bytes on Linux, the terminating NUL included.
+_MAX_SOCKET_PATH_BYTES = 107
+_SOCKET_PATH = ("the absolute path of the RSocket server's Unix domain socket, on the "
+                "machine of Spark's driver")
 _ROUTE = "a route name (sent as routing metadata)"
 _ROUTE_BYTES = f"at most {MAX_ROUTE_BYTES} bytes in UTF-8"
 _TOKEN = f"a token of 1 to {MAX_TOKEN_BYTES} bytes in UTF-8 (the RSocket service's)"
@@ -44,10 +50,15 @@ _TOKEN_FILE_HOLDING = "the RSocket service's token"
 #: Every option the built-in ``rsocket`` reads, in the order the reference shows them: the
 #: factory reads each through these definitions, which also fill the documentation's table.
 OPTION_SPECS = OptionSpecs([
-    OptionSpec("host", "The RSocket server's host name or address.", accepted=_HOST,
-               required=True),
-    OptionSpec("port", "The RSocket server's TCP port.", "int", minimum=1, maximum=65535,
-               required=True),
+    OptionSpec("host", "The RSocket server's host name or address (required, unless "
+               "`socketPath` is given).", accepted=_HOST, shown_default="none"),
+    OptionSpec("port", "The RSocket server's TCP port (required, unless `socketPath` is "
+               "given).", "int", minimum=1, maximum=65535, shown_default="none"),
+    OptionSpec(
+        "socketPath", "Instead of `host` and `port`: the server's Unix domain socket, on the "
+        "driver's machine (what `expose()` gives where the platform has them: only users "
+        "who can enter its folder can connect).",
+        accepted=f"{_SOCKET_PATH}; not with host or port", shown_default="none"),
     OptionSpec("route", "The route of the request-stream, sent as routing metadata.",
                accepted=f"{_ROUTE}, {_ROUTE_BYTES}", shown_default="none"),
     OptionSpec(
@@ -99,13 +110,14 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     ----------
     options : mapping of str to str
         The options of :data:`OPTION_SPECS`, each with its default, bounds and meaning
-        there: ``host`` and ``port`` are required; ``route`` (sent as routing metadata;
-        omitted: none); ``data`` (the request's data, as UTF-8 text, with ``{offset}``
-        replaced as above; omitted: empty); ``format``: ``bytes`` (default: ``value
-        BINARY``), ``text`` (``value STRING``) or ``json`` (parsed into the schema given:
-        an object by column name, an array by position); ``keepaliveTimeout`` (seconds
-        without a KEEPALIVE answer after which the query fails; default 30); ``token``
-        (presented in the SETUP frame as a bearer token, what
+        there: ``host`` and ``port``, or ``socketPath`` (the absolute path of the server's
+        Unix domain socket, what :func:`~pyspark_reactive.expose` gives); ``route`` (sent
+        as routing metadata; omitted: none); ``data`` (the request's data, as UTF-8 text,
+        with ``{offset}`` replaced as above; omitted: empty); ``format``: ``bytes``
+        (default: ``value BINARY``), ``text`` (``value STRING``) or ``json`` (parsed into
+        the schema given: an object by column name, an array by position);
+        ``keepaliveTimeout`` (seconds without a KEEPALIVE answer after which the query
+        fails; default 30); ``token`` (presented in the SETUP frame as a bearer token, what
         :func:`~reactive_streams.adapters.rsocket.serve` and ``serve_publisher`` ask for;
         errors never show it, and Spark's plan shows it redacted as long as
         ``spark.redaction.regex`` matches ``token``) or ``tokenFile`` (the absolute path
@@ -121,8 +133,9 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Raises
     ------
     OptionError
-        For a missing ``host`` or ``port``, or a value of ``port``, ``route`` (at most 255
-        bytes in UTF-8), ``format``, ``keepaliveTimeout``, ``token``, ``tokenFile`` or
+        For a missing ``host`` or ``port`` (without ``socketPath``), ``socketPath`` with
+        either, or a value of ``port``, ``socketPath``, ``route`` (at most 255 bytes in
+        UTF-8), ``format``, ``keepaliveTimeout``, ``token``, ``tokenFile`` or
         ``maxPayloadBytes`` not accepted.
 
     Examples
@@ -137,12 +150,21 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     lower = {k.lower(): v for k, v in options.items()}
     specs = OPTION_SPECS
     host = specs.given(lower, "host")
-    if host is None or not host.strip():
-        raise OptionError("host", host, f"{_HOST}; it is required with publisher=rsocket")
-    if specs.given(lower, "port") is None:
-        raise OptionError("port", None, "an integer from 1 to 65535, the RSocket server's TCP "
-                          "port; it is required with publisher=rsocket")
-    port = specs.read(lower, "port")
+    socket_path = _socket_path(specs.given(lower, "socketPath"), host,
+                               specs.given(lower, "port"))
+    port: int | None = None
+    if socket_path is None:
+        if host is None or not host.strip():
+            raise OptionError("host", host, f"{_HOST}; it is required with publisher=rsocket "
+                              "(or socketPath instead of host and port)")
+        if specs.given(lower, "port") is None:
+            raise OptionError("port", None, "an integer from 1 to 65535, the RSocket server's "
+                              "TCP port; it is required with publisher=rsocket (or socketPath "
+                              "instead of host and port)")
+        host = host.strip()
+        port = specs.read(lower, "port")
+    else:
+        host = None
     route = specs.given(lower, "route")
     if route is not None and not route.strip():
         raise OptionError("route", route, f"{_ROUTE}, or no route option for none")
@@ -160,10 +182,23 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     offset = resume.offset if resume is not None else 0
     data = (specs.given(lower, "data") or "").replace("{offset}", str(offset))
     timeout = float(keepalive_timeout)
-    return RSocketPublisher(host.strip(), port, route=route, data=data.encode(), decode=decode,
+    return RSocketPublisher(host, port, route=route, data=data.encode(), decode=decode,
                             data_mime_type=mime_type, keepalive_timeout=timeout,
                             keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4),
-                            token=token, max_payload_bytes=max_payload)
+                            token=token, max_payload_bytes=max_payload, path=socket_path)
+
+
+def _socket_path(path: str | None, host: str | None, port: str | None) -> str | None:
+    if path is None:
+        return None
+    if host is not None or port is not None:
+        raise OptionError("socketPath", path, "either socketPath or host and port, not both "
+                          f"({'host' if host is not None else 'port'} is given too)")
+    expanded = os.path.expanduser(path.strip())
+    if not os.path.isabs(expanded) or len(os.fsencode(expanded)) > _MAX_SOCKET_PATH_BYTES:
+        raise OptionError("socketPath", path, f"{_SOCKET_PATH} (at most "
+                                              f"{_MAX_SOCKET_PATH_BYTES} bytes)")
+    return expanded
 
 
 def _token(token: str | None, path: str | None) -> str | None:

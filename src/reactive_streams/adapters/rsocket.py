@@ -6,7 +6,9 @@ request-streams from a local Publisher, so each remote REQUEST_N becomes ``reque
 Both run the protocol on an asyncio event loop on a thread they own (rsocket-py), and
 both bound what a peer can make them hold (frame and reassembled payload sizes, frames
 queued to a peer that does not read, streams and connections); :func:`serve` asks every
-connection for a token in its SETUP frame unless told to serve anyone.
+connection for a token in its SETUP frame unless told to serve anyone, and reads that frame
+itself before rsocket-py sees the connection (``_listening``), so that connections which
+never send it cannot keep a client out. Both speak TCP or a Unix domain socket.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import collections
 import datetime
 import hmac
 import logging
+import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +32,9 @@ from ..api import UNBOUNDED
 from ..errors import ReactiveStreamsError
 from ..runners import LoopRunner, ThreadRunner
 from ..signalling import COMPLETE, Emitter, SerialWorker, Source, Terminal, require_not_none
+from . import _listening
 from ._extras import require
+from ._listening import DEFAULT_MAX_PENDING
 
 _FEATURE = "the RSocket adapter"
 _client = require("rsocket.rsocket_client", "rsocket", _FEATURE)
@@ -52,6 +58,7 @@ __all__ = [
     "DEFAULT_KEEPALIVE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_MAX_PENDING",
     "DEFAULT_MAX_STREAMS",
     "DEFAULT_SERVE_KEEPALIVE_TIMEOUT",
     "MAX_QUEUED_FRAMES",
@@ -106,8 +113,7 @@ _CANCEL_WRITE_S = 2.0
 #: headers) is refused as soon as its length is read, before it is buffered.
 DEFAULT_MAX_PAYLOAD_BYTES: Final[int] = 4 << 20
 #: Connections a service admits at once by default; one more is refused with an ERROR
-#: frame (REJECTED_SETUP). Of those not yet admitted, the oldest goes when twice as many
-#: connections are open.
+#: frame (REJECTED_SETUP).
 DEFAULT_MAX_CONNECTIONS: Final[int] = 64
 #: Streams a service serves on one connection at once by default; one more gets an ERROR.
 DEFAULT_MAX_STREAMS: Final[int] = 256
@@ -381,6 +387,16 @@ class _Guarded:
         except Exception:
             log.debug("closing an RSocket connection failed", exc_info=True)
 
+    async def _stop_tasks(self) -> None:
+        # When the connection ends from its own receiver (the peer closed, or was cut off),
+        # rsocket-py cancels and awaits that very task, and logs a traceback for it: one
+        # per connection, which a peer could multiply. The task is ending anyway.
+        current = asyncio.current_task()
+        for name in ("_sender_task", "_receiver_task"):
+            if getattr(self, name, None) is current:
+                setattr(self, name, None)
+        await super()._stop_tasks()  # type: ignore[misc]
+
     def frame_too_long(self, length: int) -> None:
         self.disconnect(f"the peer sent a frame of {length} bytes, over the "
                         f"{self.guard_transport.limit} taken (max_payload_bytes="
@@ -497,6 +513,16 @@ def _check_endpoint(owner: str, host: object, port: object) -> None:
                          "(0 only to serve on a free port)")
 
 
+def _check_path(owner: str, path: object) -> None:
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise ValueError(f"{owner}: path={path!r} is not accepted: the absolute path of a "
+                         "Unix domain socket")
+    if not _listening.unix_path_fits(path):
+        raise ValueError(f"{owner}: path={path[:40]!r}... ({len(os.fsencode(path))} bytes) is "
+                         "not accepted: a Unix socket's path holds at most 107 bytes (103 "
+                         "outside Linux)")
+
+
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 #: The longest route: RSocket's routing metadata gives each tag a one-byte length.
 MAX_ROUTE_BYTES: Final[int] = 255
@@ -515,7 +541,8 @@ def _check_route(owner: str, route: object) -> None:
 
 
 class RSocketPublisher(Publisher[T], Generic[T]):
-    """Publishes the payloads of a request-stream of a remote RSocket server (TCP).
+    """Publishes the payloads of a request-stream of a remote RSocket server (TCP, or a Unix
+    domain socket).
 
     Each subscription opens its own connection when it is made, and sends REQUEST_STREAM
     with the subscriber's first ``request(n)`` as its initial request, then every later
@@ -531,9 +558,9 @@ class RSocketPublisher(Publisher[T], Generic[T]):
     Parameters
     ----------
     host : str
-        The server's host name or address.
+        The server's host name or address (not with ``path``).
     port : int
-        The server's TCP port.
+        The server's TCP port (not with ``path``).
     route : str, optional
         Sent as routing metadata (composite metadata, as Spring's ``@MessageMapping``
         expects). ``None``: no metadata.
@@ -564,13 +591,18 @@ class RSocketPublisher(Publisher[T], Generic[T]):
         (default 4 MiB): a longer one fails the stream, saying so, as soon as its frame
         header or fragments pass the cap. A fragmented payload counts against the demand
         from its first fragment.
+    path : str, optional
+        Instead of ``host`` and ``port``: the absolute path of the server's Unix domain
+        socket (what :func:`serve` with ``path=`` listens on, and ``expose()`` by
+        default).
 
     Raises
     ------
     ValueError
-        For a ``host``, ``port``, ``route`` (over 255 bytes in UTF-8), ``data_mime_type``,
-        ``connect_timeout``, ``keepalive_interval``, ``keepalive_timeout``, ``token`` or
-        ``max_payload_bytes`` not accepted, or ``route`` and ``metadata`` both given.
+        For a ``host``, ``port``, ``path``, ``route`` (over 255 bytes in UTF-8),
+        ``data_mime_type``, ``connect_timeout``, ``keepalive_interval``,
+        ``keepalive_timeout``, ``token`` or ``max_payload_bytes`` not accepted, ``path``
+        with ``host`` or ``port``, or ``route`` and ``metadata`` both given.
     TypeError
         For a ``route``, ``token`` or ``data_mime_type`` that is not a str, ``data`` or
         ``metadata`` that are not bytes, or a ``decode`` that is not callable.
@@ -580,7 +612,8 @@ class RSocketPublisher(Publisher[T], Generic[T]):
     A refused or lost connection (a token the server refused, too), a server that stops
     answering KEEPALIVE, an ERROR frame, a payload over ``max_payload_bytes`` and a
     ``decode`` failure reach the subscriber as ``on_error(RemoteStreamError)``, whose
-    message names ``host:port`` and the route. Creating the publisher connects nowhere.
+    message names ``host:port`` (``unix:path``) and the route. Creating the publisher
+    connects nowhere.
     What the server can make the client hold is bounded: frames are refused past the
     cap before they are read, fragments of streams not open are dropped, and a server
     that reads nothing while the client answers its KEEPALIVE frames is cut off past
@@ -595,19 +628,28 @@ class RSocketPublisher(Publisher[T], Generic[T]):
     [5, 6, 7]
     """
 
-    def __init__(self, host: str, port: int, route: str | None = None, data: bytes = b"",
+    def __init__(self, host: str | None = None, port: int | None = None,
+                 route: str | None = None, data: bytes = b"",
                  metadata: bytes | None = None, decode: Callable[[bytes], T] | None = None,
                  data_mime_type: str = "application/octet-stream",
                  connect_timeout: float = 10.0,
                  keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
                  keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
                  token: str | None = None,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> None:
-        _check_endpoint("RSocketPublisher", host, port)
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, *,
+                 path: str | None = None) -> None:
+        if path is not None:
+            if host is not None or port is not None:
+                raise ValueError("RSocketPublisher: give path (a Unix domain socket) or host "
+                                 "and port, not both")
+            _check_path("RSocketPublisher", path)
+        else:
+            _check_endpoint("RSocketPublisher", host, port)
+            if port == 0:
+                raise ValueError("RSocketPublisher: port=0 is not accepted: an int from 1 to "
+                                 "65535")
         _check_token("RSocketPublisher", token, "None for no credentials")
         _check_positive_int("RSocketPublisher", "max_payload_bytes", max_payload_bytes)
-        if port == 0:
-            raise ValueError("RSocketPublisher: port=0 is not accepted: an int from 1 to 65535")
         if route is not None and metadata is not None:
             raise ValueError("RSocketPublisher: give route or metadata, not both (route is "
                              "sent as composite metadata)")
@@ -642,6 +684,7 @@ class RSocketPublisher(Publisher[T], Generic[T]):
                              "accepted: a MIME type, a str of 1 to 255 ASCII characters")
         self.host = host
         self.port = port
+        self.path = path
         self.route = route
         self.data = bytes(data)
         self.metadata = bytes(metadata) if metadata is not None else None
@@ -656,7 +699,10 @@ class RSocketPublisher(Publisher[T], Generic[T]):
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        if self.path is not None:
+            return f"unix:{self.path}"
+        return f"[{self.host}]:{self.port}" if ":" in str(self.host) else (
+            f"{self.host}:{self.port}")
 
     def subscribe(self, subscriber: Subscriber[T]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
@@ -828,9 +874,13 @@ class _RemoteStream(Source[T], Generic[T]):
     async def _open(self) -> None:
         publisher = self._publisher
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(publisher.host, publisher.port),
-                publisher.connect_timeout)
+            if publisher.path is not None:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_unix_connection(publisher.path), publisher.connect_timeout)
+            else:
+                assert publisher.host is not None and publisher.port is not None
+                reader, writer = await asyncio.open_connection(sock=await _dial(
+                    publisher.host, publisher.port, publisher.connect_timeout))
         except asyncio.TimeoutError:
             self._end(self._error(f"no connection within {publisher.connect_timeout:g} s"))
             return
@@ -1030,6 +1080,60 @@ class _RemoteStream(Source[T], Generic[T]):
             self._runner.release()
 
 
+#: Seconds between attempts to connect while none has: a SYN that a listener drops, its
+#: accept queue full (a busy server, or a flood of connections from others), is sent again
+#: by the kernel only after 1 s, then 3 s and 7 s; a new attempt meanwhile has its own
+#: chance, and the earlier ones stay under way (the first connected is kept).
+_REDIAL_S = 0.25
+
+
+async def _dial(host: str, port: int, timeout: float) -> socket.socket:
+    """A connected TCP socket to ``host:port`` within ``timeout`` seconds: its addresses in
+    turn, a new attempt every :data:`_REDIAL_S` while none has answered. When every address
+    refused, the last refusal is raised at once; else ``TimeoutError`` at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    found = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
+                                   timeout)
+    if not found:
+        raise OSError(f"{host!r} resolves to no address")
+    attempts: dict[asyncio.Future[None], tuple[socket.socket, int]] = {}
+    refused: dict[int, OSError] = {}  # the last refusal, by address
+    turn = 0
+    try:
+        while True:
+            untried = [i for i in range(len(found)) if i not in refused]
+            index = untried[turn % len(untried)]
+            turn += 1
+            family, kind, proto, _, address = found[index]
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            attempts[asyncio.ensure_future(loop.sock_connect(sock, address))] = (sock, index)
+            while attempts:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise asyncio.TimeoutError()
+                done, _ = await asyncio.wait(attempts, timeout=min(_REDIAL_S, left),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break  # none answered yet: time for another attempt
+                for ended in done:
+                    ended_sock, ended_index = attempts.pop(ended)
+                    error = ended.exception()
+                    if error is None:
+                        return ended_sock
+                    ended_sock.close()
+                    if not isinstance(error, OSError):
+                        raise error
+                    refused[ended_index] = error
+            if not attempts and len(refused) == len(found):
+                raise list(refused.values())[-1]
+    finally:
+        for attempt, (sock, _) in attempts.items():
+            attempt.cancel()
+            sock.close()
+
+
 def _preview(data: bytes, limit: int = 40) -> str:
     shown = repr(bytes(data[:limit]))
     return f"{shown}{'...' if len(data) > limit else ''}, {len(data)} bytes"
@@ -1073,23 +1177,31 @@ def _default_encode(element: Any) -> Any:
 
 
 class RSocketService:
-    """A running RSocket server (TCP) answering request-streams from a Publisher; made by
-    :func:`serve`. Close it (or use it as a context manager) to stop serving: the
-    connections are closed and their subscriptions cancelled.
+    """A running RSocket server (TCP, or a Unix domain socket) answering request-streams
+    from a Publisher; made by :func:`serve`. Close it (or use it as a context manager) to
+    stop serving: the connections are closed and their subscriptions cancelled.
 
     Attributes
     ----------
     host : str
-        The address it listens on.
-    port : int
-        The port it listens on (the one chosen when ``port=0`` was asked for).
+        The address it listens on (empty on a Unix domain socket).
+    port : int or None
+        The TCP port it listens on (the one chosen when ``port=0`` was asked for); ``None``
+        on a Unix domain socket.
+    path : str or None
+        The Unix domain socket it listens on; ``None`` over TCP.
+    addresses : list of str
+        Every address it listens on: ``host:port``, and the loopback address of the other
+        family at the same port when ``host`` covers this machine's loopback
+        (``[::1]:port`` for ``127.0.0.1``), where the machine has one; or ``unix:path``.
     route : str or None
         The only route it answers (``None``: any).
     token : str or None
         The token every connection must present in its SETUP (``None``: a service made
         with ``authenticate=False``, which asks for none). Never shown by ``repr``.
     connections_refused : int
-        Connections refused so far (no token or another, too many connections, no SETUP).
+        Connections refused so far (no token or another, too many connections), or closed
+        before their SETUP (none in time, or to make room: ``max_pending``).
     """
 
     def __init__(self, publisher_or_factory: PublisherOrFactory, route: str | None,
@@ -1113,12 +1225,17 @@ class RSocketService:
         self._watchdog: asyncio.Task[None] | None = None
         self.route = route
         self.host = ""
-        self.port = 0
+        self.port: int | None = None
+        self.path: str | None = None
+        self._path_id: tuple[int, int] | None = None
+        self.addresses: list[str] = []
         self._encode = encode
         self.prefetch = prefetch
         self._loop_runner = LoopRunner(name="rsocket-serve")
         self._calls = ThreadRunner(max_workers=4, name="rsocket-serve-calls")
-        self._server: Any = None
+        self._gate: _listening.Gate | None = None
+        self._opening: set[asyncio.Task[None]] = set()
+        self._quiet = _listening.QuietLog(lambda: self.address)
         self._connections: set[Any] = set()
         self._closed = False
         self._lock = threading.Lock()
@@ -1128,41 +1245,73 @@ class RSocketService:
         self.max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
         self.max_connections = DEFAULT_MAX_CONNECTIONS
         self.max_streams = DEFAULT_MAX_STREAMS
+        self.max_pending = DEFAULT_MAX_PENDING
 
-    def _start(self, host: str, port: int) -> None:
+    def _start(self, host: str, port: int, path: str | None) -> None:
+        # Bound here, so that an address in use is the caller's OSError.
+        if path is not None:
+            sockets = [_listening.bind_unix(path)]
+            self.path = path
+            self._path_id = _listening.file_id(path)
+            self.addresses = [f"unix:{path}"]
+        else:
+            sockets = _listening.bind_tcp(host, port)
+            self.host, self.port = sockets[0].getsockname()[:2]
+            self.addresses = [_listening.address_of(sock) for sock in sockets]
         self._loop_runner.acquire()
         self._dispatch = self._calls.acquire()
         try:
-            asyncio.run_coroutine_threadsafe(self._listen(host, port),
+            asyncio.run_coroutine_threadsafe(self._listen(sockets),
                                              self._loop_runner.loop).result(30)
         except BaseException:
+            if self._gate is None:
+                for sock in sockets:
+                    sock.close()
             self.close()
             raise
 
-    async def _listen(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._accept, host, port)
-        self.host, self.port = self._server.sockets[0].getsockname()[:2]
-        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+    async def _listen(self, sockets: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        self._gate = _listening.Gate(
+            loop, sockets, self._first_frame, self._admit_socket,
+            max_pending=self.max_pending, setup_timeout=SETUP_TIMEOUT,
+            frame_limit=_SETUP_FRAME_LIMIT, linger=_REFUSED_LINGER_S, quiet=self._quiet,
+            on_refused=self._refused_one)
+        self._gate.start()
+        self._watchdog = loop.create_task(self._watch())
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _refused_one(self) -> None:
+        self.connections_refused += 1
+
+    def _first_frame(self, frame: bytes) -> tuple[int, str] | None:
+        """Whether a connection's first frame admits it (the gate's question, before any
+        rsocket-py object is made for the connection): ``None``, or why not."""
+        refusal = _setup_refusal(self, _frame.parse_or_ignore(frame))
+        return None if refusal is None else (int(refusal[0].value), refusal[1])
+
+    def _admit_socket(self, sock: Any, received: bytes) -> None:
+        task = self._loop_runner.loop.create_task(self._connect(sock, received))
+        self._opening.add(task)
+        task.add_done_callback(self._opening.discard)
+
+    async def _connect(self, sock: Any, received: bytes) -> None:
+        """Hand an admitted socket to rsocket-py, with what the gate read of it first."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        reader.feed_data(received)  # before the transport reads anything more
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+        except BaseException:
+            sock.close()
+            raise
         if self._closed:
-            writer.transport.abort()
+            transport.abort()
             return
-        if len(self._connections) >= 2 * self.max_connections:
-            # Past twice the cap, the oldest connection not admitted goes (at most
-            # max_connections are admitted, so there is one), not the new one: anyone
-            # may connect to 127.0.0.1, and connections that never send a SETUP must not
-            # keep the clients that have the token out until their SETUP_TIMEOUT.
-            pending = [c for c in self._connections
-                       if not c.admitted and c.disconnected is None]
-            if not pending:
-                writer.transport.abort()
-                return
-            min(pending, key=lambda c: c.opened).disconnect(
-                "refused: not admitted while newer connections waited (max_connections)")
-        transport = _BoundedTCP(reader, writer, _SETUP_FRAME_LIMIT,
-                                lambda length: connection.frame_too_long(length))
-        connection = _ServeConnection(self, transport)
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        bounded = _BoundedTCP(reader, writer, _SETUP_FRAME_LIMIT,
+                              lambda length: connection.frame_too_long(length))
+        connection = _ServeConnection(self, bounded)
         self._connections.add(connection)
 
     async def _watch(self) -> None:
@@ -1187,7 +1336,7 @@ class RSocketService:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return self.addresses[0] if self.addresses else "(not listening)"
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop listening, close every connection (cancelling its subscriptions) and the
@@ -1211,9 +1360,18 @@ class RSocketService:
         if watchdog is not None:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.close()
+        if self.path is not None and _listening.file_id(self.path) == self._path_id:
+            # Only the socket this service made: whatever took its name since stays.
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+        for task in list(self._opening):
+            task.cancel()
+        await asyncio.gather(*self._opening, return_exceptions=True)
         for connection in list(self._connections):
             try:
                 await asyncio.wait_for(connection.close(), _CANCEL_WRITE_S)
@@ -1256,9 +1414,11 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
           token: str | None = None, authenticate: bool = True,
           max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
           max_connections: int = DEFAULT_MAX_CONNECTIONS,
-          max_streams: int = DEFAULT_MAX_STREAMS) -> RSocketService:
-    """Serve a Publisher as an RSocket request-stream over TCP, to clients that present
-    its token.
+          max_streams: int = DEFAULT_MAX_STREAMS,
+          max_pending: int = DEFAULT_MAX_PENDING,
+          path: str | None = None) -> RSocketService:
+    """Serve a Publisher as an RSocket request-stream over TCP (or a Unix domain socket),
+    to clients that present its token.
 
     Every connection must present the service's token in its SETUP frame, as a bearer
     token of RSocket's authentication extension: composite metadata
@@ -1270,6 +1430,23 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     SETUP, gets an ERROR frame (REJECTED_SETUP, INVALID_SETUP) saying so and is closed;
     the service serves the others on. ``127.0.0.1`` is reachable by every user of this
     machine, which is why the token is asked for there too.
+
+    A loopback address is held in both families: on ``127.0.0.1`` (or ``localhost``,
+    ``0.0.0.0``) the service also serves ``[::1]`` at the same port, and on ``::1`` (or
+    ``::``) also ``127.0.0.1``, so that a client dialling ``localhost``, which may try
+    either first, reaches this service and nobody else can listen there to be sent its
+    token (:attr:`RSocketService.addresses`). On a machine without an IPv6 loopback
+    nobody can listen on ``::1`` either, and only ``127.0.0.1`` is served. With
+    ``port=0`` the port is one free on both.
+
+    Connections that never send a SETUP cannot keep a client out: until its first frame
+    is read and checked, a connection is no more than a socket and a small buffer, read
+    without holding up accepting; at most ``max_pending`` of them wait at once, and one
+    more closes the oldest of them, another user's first (on Linux, where the kernel says
+    whose a loopback connection is), so another user's connections never close one of
+    yours; a connection sends its SETUP within 10 s (:data:`SETUP_TIMEOUT`) or is closed.
+    Refusals are logged one by one five times a minute at most; the rest, and connections
+    closed before their SETUP, are counted in a line per minute.
 
     Every remote REQUEST_STREAM subscribes to the publisher (or to a new one from the
     factory), and the remote demand paces it: the initial request and each REQUEST_N
@@ -1290,7 +1467,8 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
         A Publisher every remote stream subscribes to, or ``factory(StreamRequest) ->
         Publisher`` called for each (a failure becomes the stream's ERROR).
     host : str
-        The address to listen on (``127.0.0.1`` by default: this machine only).
+        The address to listen on (``127.0.0.1`` by default: this machine only, with
+        ``[::1]`` at the same port as said above).
     port : int
         The port; 0 (default) picks a free one, see :attr:`RSocketService.port`.
     route : str, optional
@@ -1319,10 +1497,17 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
         connection. Fragments of streams that are not open are dropped.
     max_connections : int
         Connections served at once (default 64); one more is refused (REJECTED_SETUP).
-        A connection must send its SETUP within 10 s (:data:`SETUP_TIMEOUT`); with twice
-        this many open, a new one closes the oldest that has not been admitted.
     max_streams : int
         Streams served at once on one connection (default 256); one more gets an ERROR.
+    max_pending : int
+        Connections whose SETUP is not read yet that wait at once (default 512, and never
+        more than a quarter of the process's file descriptor limit); one more closes the
+        oldest of them, as said above.
+    path : str, optional
+        Listen on a Unix domain socket at this absolute path instead of TCP (then
+        ``host`` and ``port`` are not given); it must not exist, and is removed by
+        :meth:`RSocketService.close`. Put it in a folder only you can enter (0700): then
+        no other user can even connect. Clients: ``RSocketPublisher(path=...)``.
 
     Returns
     -------
@@ -1334,7 +1519,8 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     ValueError, TypeError
         For arguments not accepted.
     OSError
-        When the address cannot be bound.
+        When the address cannot be bound, or the loopback address of the other family is
+        in use at the ``port`` asked for (see above).
 
     Notes
     -----
@@ -1361,6 +1547,11 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     [0, 1, 2]
     """
     _check_endpoint("serve", host, port)
+    if path is not None:
+        _check_path("serve", path)
+        if port != 0 or host != "127.0.0.1":
+            raise ValueError("serve: give path (a Unix domain socket) or host and port, not "
+                             "both")
     _check_route("serve", route)
     if encode is not None and not callable(encode):
         raise TypeError(f"serve: encode={encode!r} is not accepted: a callable (element -> "
@@ -1373,7 +1564,8 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
                          "give token or authenticate=False, not both")
     _check_token("serve", token, "None for a random one")
     for name, value in (("max_payload_bytes", max_payload_bytes),
-                        ("max_connections", max_connections), ("max_streams", max_streams)):
+                        ("max_connections", max_connections), ("max_streams", max_streams),
+                        ("max_pending", max_pending)):
         _check_positive_int("serve", name, value)
     if authenticate and token is None:
         token = secrets.token_urlsafe(_TOKEN_BYTES)
@@ -1382,8 +1574,31 @@ def serve(publisher_or_factory: PublisherOrFactory, host: str = "127.0.0.1", por
     service.max_payload_bytes = max_payload_bytes
     service.max_connections = max_connections
     service.max_streams = max_streams
-    service._start(host, port)
+    service.max_pending = _listening.within_descriptors(max_pending)
+    service._start(host, port, path)
     return service
+
+
+def _setup_refusal(service: RSocketService, frame: Any) -> tuple[Any, str] | None:
+    """Why a connection whose first frame is ``frame`` is refused (an RSocket error code and
+    the reason), or ``None`` when it carries the service's token (or the service asks for
+    none)."""
+    if not isinstance(frame, _frame.SetupFrame):
+        return (_error_codes.ErrorCode.INVALID_SETUP,
+                f"the first frame must be SETUP, not {type(frame).__name__}")
+    if service.token is None:
+        return None
+    presented = _bearer_token(frame.metadata or b"") if (
+        bytes(frame.metadata_encoding or b"") == COMPOSITE_METADATA.value.name) else None
+    if presented is None:
+        return (_error_codes.ErrorCode.REJECTED_SETUP,
+                "the token was refused: none was presented (this service asks for a bearer "
+                "token in the SETUP frame's composite metadata, "
+                "message/x.rsocket.authentication.v0)")
+    if not hmac.compare_digest(presented, service.token.encode("utf-8")):
+        return (_error_codes.ErrorCode.REJECTED_SETUP,
+                "the token was refused: it is not this service's token")
+    return None
 
 
 class _ServeConnection(_Guarded, _BaseServer):  # type: ignore[misc]
@@ -1429,24 +1644,13 @@ class _ServeConnection(_Guarded, _BaseServer):  # type: ignore[misc]
         await super()._handle_next_frame(frame, handlers)
 
     def _admit(self, frame: Any) -> None:
+        # The gate checked this frame already; checked again here, where it is parsed
+        # again, so that nothing is handled on a frame that was not checked.
         service = self._service
-        if not isinstance(frame, _frame.SetupFrame):
-            self.refuse(_error_codes.ErrorCode.INVALID_SETUP,
-                        f"the first frame must be SETUP, not {type(frame).__name__}")
+        refusal = _setup_refusal(service, frame)
+        if refusal is not None:
+            self.refuse(*refusal)
             return
-        if service.token is not None:
-            presented = _bearer_token(frame.metadata or b"") if (
-                bytes(frame.metadata_encoding or b"") == COMPOSITE_METADATA.value.name) else None
-            if presented is None:
-                self.refuse(_error_codes.ErrorCode.REJECTED_SETUP,
-                            "the token was refused: none was presented (this service asks "
-                            "for a bearer token in the SETUP frame's composite metadata, "
-                            "message/x.rsocket.authentication.v0)")
-                return
-            if not hmac.compare_digest(presented, service.token.encode("utf-8")):
-                self.refuse(_error_codes.ErrorCode.REJECTED_SETUP,
-                            "the token was refused: it is not this service's token")
-                return
         admitted = sum(1 for c in service._connections if c.admitted)
         if admitted >= service.max_connections:
             self.refuse(_error_codes.ErrorCode.REJECTED_SETUP,
@@ -1463,8 +1667,9 @@ class _ServeConnection(_Guarded, _BaseServer):  # type: ignore[misc]
         the peer sees the ERROR and then the end of the connection."""
         self.refused = why
         self._service.connections_refused += 1
-        log.warning("RSocket service on %s: refused a connection from %s: %s",
-                    self._service.address, self.guard_transport.peer, why)
+        self._service._quiet.warn("refused: too many connections",
+                                  "refused a connection from %s: %s",
+                                  self.guard_transport.peer, why)
         frame = _frame.ErrorFrame()
         frame.stream_id = 0
         frame.error_code = code

@@ -41,10 +41,13 @@ def test_exposed_live_publisher_gets_each_batch_demand_and_every_element_once(
         tmp_path: Path) -> None:
     live = RecordingRange(3000)  # lives here, in the test's process
     with expose(live, route="live") as exposed:
+        # The runner connects over a Unix socket in a folder only this user can enter.
         token_file = exposed.options["tokenFile"]
-        assert exposed.options == {"publisher": "rsocket", "host": "127.0.0.1",
-                                   "port": str(exposed.service.port), "format": "json",
-                                   "route": "live", "tokenFile": token_file}
+        socket_path = exposed.options["socketPath"]
+        assert exposed.options == {"publisher": "rsocket", "socketPath": socket_path,
+                                   "format": "json", "route": "live", "tokenFile": token_file}
+        assert exposed.service.port is None and exposed.service.path == socket_path
+        assert Path(socket_path).parent == Path(token_file).parent
         df = exposed.read_stream(spark, "value BIGINT", maxRecordsPerTrigger=PER_BATCH)
         query, name = to_memory(df, queries, tmp_path, **UNTIL_DRAINED)
         assert watch.wait_drained(query, 3000) is None
@@ -181,6 +184,17 @@ def test_the_source_gets_the_token_through_a_private_file_never_through_the_opti
         # What the source's built-in rsocket makes from the options presents the token;
         # without it, a client is refused.
         with pytest.raises(RemoteStreamError, match="the token was refused: none"):
-            collect(RSocketPublisher("127.0.0.1", exposed.service.port), timeout=10)
+            collect(RSocketPublisher(path=exposed.service.path), timeout=10)
         assert collect(rsocket_publisher(exposed.options), timeout=10) == [0, 1, 2]
     assert not token_file.parent.exists()
+
+
+def test_expose_on_tcp_when_asked_for_an_address() -> None:
+    # Where Unix sockets are missing, or when a host or port is given: TCP, with the
+    # loopback of both families held, and the token file as before.
+    with expose(RecordingRange(3), host="127.0.0.1") as exposed:
+        port = exposed.service.port
+        assert port and exposed.options["host"] == "127.0.0.1"
+        assert exposed.options["port"] == str(port) and "socketPath" not in exposed.options
+        assert f"127.0.0.1:{port}" in exposed.service.addresses
+        assert collect(rsocket_publisher(exposed.options), timeout=10) == [0, 1, 2]

@@ -1,6 +1,7 @@
 """serve_publisher() against remote clients that should not count as having taken a batch:
 one that reads part of it and dies (the batch must not return, so Spark does not commit it),
-and one without the service's token (refused, holding nothing back). The batch function is
+and one without the service's token (refused, holding nothing back); expose() against
+another local user, who cannot even connect. The batch function is
 ForeachBatchPublisher.deliver_arrow, what a query's foreachBatch runs, without a query."""
 
 from __future__ import annotations
@@ -117,3 +118,39 @@ def test_another_local_user_without_the_token_is_refused() -> None:
             assert json.loads(done.stdout) == [[0, 0x0B, "00000003"]], done.stdout
         assert rows.subscribers == 0
         rows.complete()
+
+
+# Run as another local user, standard library only: connect to a Unix socket and say what
+# came of it.
+_OTHER_USER_UNIX_CLIENT = r"""
+import json, socket, sys
+sock = socket.socket(socket.AF_UNIX)
+try:
+    sock.connect(sys.argv[1])
+except OSError as error:
+    print(json.dumps({"connected": False, "errno": error.errno}))
+else:
+    print(json.dumps({"connected": True}))
+"""
+
+
+def test_another_local_user_cannot_even_connect_to_what_expose_serves() -> None:
+    import errno
+    import json
+
+    from other_user import other_user_reason, run_as_other_user
+
+    from pyspark_reactive.publishers.remote import expose
+    from reactive_streams import RangePublisher
+
+    reason = other_user_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with expose(RangePublisher(0, 10), format="text",
+                encode=lambda i: str(i).encode()) as exposed:
+        path = exposed.options["socketPath"]
+        done = run_as_other_user(_OTHER_USER_UNIX_CLIENT, path)
+        assert done.returncode == 0, done.stderr
+        # The socket's folder is 0700: no connection, so nothing to flood or starve.
+        assert json.loads(done.stdout) == {"connected": False, "errno": errno.EACCES}
+        assert exposed.service._gate.pending == 0 and exposed.service.connections_refused == 0

@@ -61,10 +61,23 @@ def test_server_never_has_more_than_one_batch_outstanding_and_every_row_arrives_
      "(128 characters) is not accepted: at most 255 bytes in UTF-8"),
     ({"host": "h", "port": "1", "keepaliveTimeout": "1"},
      "option keepaliveTimeout='1' is not accepted"),
+    ({"socketPath": "/tmp/s", "host": "h"},
+     "option socketPath='/tmp/s' is not accepted: either socketPath or host and port, not "
+     "both (host is given too)"),
+    ({"socketPath": "/tmp/s", "port": "1"}, "(port is given too)"),
+    ({"socketPath": "relative"}, "option socketPath='relative' is not accepted: the "
+     "absolute path of the RSocket server's Unix domain socket"),
+    ({"socketPath": "/" + "s" * 107}, "(at most 107 bytes)"),
 ])
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
         rsocket_publisher(options)
+
+
+def test_a_socket_path_reaches_the_publisher_instead_of_host_and_port() -> None:
+    publisher = rsocket_publisher({"socketPath": "/run/app/rsocket.sock"})
+    assert (publisher.path, publisher.host, publisher.port) == (  # type: ignore[attr-defined]
+        "/run/app/rsocket.sock", None, None)
 
 
 def test_keepalive_timeout_option_reaches_the_publisher() -> None:
