@@ -6,7 +6,10 @@ acknowledging on durability) keeps every rule. No Spark session is needed."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -71,6 +74,48 @@ class TestBuiltinRSocket(PublisherVerification[Any]):
     def create_failed_publisher(self) -> Publisher[Any] | None:
         publisher: Publisher[Any] = rsocket_publisher(FactoryOptions(
             {"host": "127.0.0.1", "port": str(_closed_port())}))
+        return publisher
+
+
+class TestBuiltinRSocketOverAUnixSocket(PublisherVerification[Any]):
+    """``publisher=rsocket`` with ``socketPath`` (what ``expose()`` gives) against
+    ``serve(path=...)``, with its token in a ``tokenFile``."""
+
+    folder: str
+    service: Any
+
+    @classmethod
+    def setup_class(cls) -> None:
+        from reactive_streams import RangePublisher
+        from reactive_streams.adapters.rsocket import serve
+
+        cls.folder = tempfile.mkdtemp()
+        cls.service = serve(lambda request: RangePublisher(0, min(int(request.data), 2**62)),
+                            encode=lambda i: str(i).encode(),
+                            path=os.path.join(cls.folder, "socket"))
+        with open(os.path.join(cls.folder, "token"), "w", encoding="utf-8") as file:
+            file.write(cls.service.token)
+
+    @classmethod
+    def teardown_class(cls) -> None:
+        cls.service.close()
+        shutil.rmtree(cls.folder, ignore_errors=True)
+
+    def create_test_environment(self) -> TestEnvironment:
+        return _fast_environment(3000)
+
+    def stochastic_runs(self, default: int) -> int:
+        return min(default, 5)  # each run is a connection
+
+    def create_publisher(self, elements: int) -> Publisher[Any]:
+        publisher: Publisher[Any] = rsocket_publisher(FactoryOptions(
+            {"socketPath": self.service.path, "data": str(elements), "format": "text",
+             "tokenFile": os.path.join(self.folder, "token")}))
+        return publisher
+
+    def create_failed_publisher(self) -> Publisher[Any] | None:
+        publisher: Publisher[Any] = rsocket_publisher(FactoryOptions(
+            {"socketPath": os.path.join(self.folder, "nobody-listens")}))
         return publisher
 
 
