@@ -500,7 +500,12 @@ def _python_workers_run_this_interpreter(python: str) -> None:
     # the first session starts it. ``python`` runs sys.executable (see
     # _python_without_spark_zips).
     os.environ["PYSPARK_PYTHON"] = python
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Spark starts the processes of a Python data source it finds by name (the reactive
+    # source: its planning calls and its runner) with PYSPARK_DRIVER_PYTHON before
+    # PYSPARK_PYTHON (PythonUtils.createPythonFunction), so the launcher goes here too:
+    # otherwise each compiles pyspark from the zip again, and a runner not connected back
+    # within Spark's fixed 10 s fails the query on a busy machine.
+    os.environ["PYSPARK_DRIVER_PYTHON"] = python
 
 
 def read_spark_defaults(path: str | os.PathLike[str]) -> dict[str, str]:

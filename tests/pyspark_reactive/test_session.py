@@ -49,6 +49,25 @@ def test_spark_s_python_processes_import_the_installed_pyspark_not_its_zip(
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert [r.origin for r in spark.table("runner_origin").collect()] == [installed]
+    # The source as Spark finds it by name (no register call), as users and the repro
+    # scripts read it: Spark starts its processes with PYSPARK_DRIVER_PYTHON. From the zip
+    # each compiles pyspark again (2 to 3 s more on a busy machine), and a source runner
+    # that is not connected back within Spark's fixed 10 s fails the query ("Python
+    # worker failed to connect back").
+    df = (spark.readStream.format("reactive")
+          .option("publisher", "test_session:_origin_publisher").schema("origin STRING").load())
+    query = (df.writeStream.format("memory").queryName("found_runner_origin")
+             .option("checkpointLocation", str(tmp_path / "found"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert [r.origin for r in spark.table("found_runner_origin").collect()] == [installed]
+
+
+def _origin_publisher(options: object) -> object:
+    """The factory of the ``reactive`` source above: where its runner's pyspark comes from."""
+    from reactive_streams import IterablePublisher
+
+    return IterablePublisher([_pyspark_origin(None)])
 
 
 def test_the_launcher_is_kept_only_in_a_private_folder(
