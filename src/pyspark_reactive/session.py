@@ -7,12 +7,18 @@ the driver's own interpreter.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib.util
 import os
+import re
+import shlex
+import shutil
 import socket
 import stat
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -39,6 +45,13 @@ _LOG4J_OPTION = "-Dlog4j2.configurationFile"
 _LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 # pyspark's own variable for a Connect server's token (read by the server, see below).
 _TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+_CONNECT_TOKEN = "spark.connect.authenticate.token"
+# Spark's own RPC (driver, block manager, executors, a standalone master and workers) asks
+# every peer for the application's secret when this is on.
+_AUTHENTICATE = "spark.authenticate"
+_AUTHENTICATE_SECRET = "spark.authenticate.secret"
+# Settings whose values are secrets: the pattern of Spark's own spark.redaction.regex.
+_SECRET_SETTING = re.compile(r"(?i)secret|password|token|access[.]?key")
 
 
 class LocalSessionUnavailable(PySparkReactiveError, RuntimeError):
@@ -88,10 +101,23 @@ def local_session(
 
     Settings are applied in this order, later ones winning: the configuration
     directory's ``spark-defaults.conf``; ``app_name``, ``master``,
-    ``spark.pyspark.python`` and, for a ``local`` master or one on 127.0.0.1, the driver
-    bound to 127.0.0.1; then ``conf``. The JVM logs through the directory's
-    ``log4j2.properties`` (added to ``spark.driver.extraJavaOptions`` unless that option
-    already names a log4j configuration), and the log level is set to ``WARN``.
+    ``spark.pyspark.python``, ``spark.authenticate=true`` and, for a ``local`` master or
+    one on 127.0.0.1, the driver bound to 127.0.0.1; then ``conf``. The JVM logs through
+    the directory's ``log4j2.properties`` (added to ``spark.driver.extraJavaOptions``
+    unless that option already names a log4j configuration), and the log level is set to
+    ``WARN``.
+
+    ``spark.authenticate`` makes Spark's own RPC (the driver's endpoints, the block
+    manager, executors) refuse a peer without the application's secret: 127.0.0.1 is open
+    to every user of the machine. For ``local`` masters Spark makes the secret itself; for
+    ``local-cluster`` masters a random one is made here; a standalone cluster
+    (``spark://``) shares one with its master and workers, which the driver reads from
+    ``conf``, the directory's ``spark-defaults.conf`` or spark-submit's own
+    (``$SPARK_CONF_DIR/spark-defaults.conf``). Settings that hold secrets (names matching
+    Spark's ``spark.redaction.regex``: ``secret``, ``password``, ``token``, ``access.key``)
+    reach the JVM through a private properties file, removed once it has started, never
+    its command line: pyspark hands every other setting to ``spark-submit`` as
+    ``--conf key=value``, which every user of the machine reads.
 
     Before the JVM starts, the environment variables ``PYSPARK_PYTHON`` and
     ``PYSPARK_DRIVER_PYTHON`` are set to ``sys.executable``, so Python workers run this
@@ -130,7 +156,10 @@ def local_session(
         If no configuration directory is found (the message names every path tried),
         or it lacks ``spark-defaults.conf`` or ``log4j2.properties``.
     ValueError
-        If a line of ``spark-defaults.conf`` has a key but no value.
+        If a line of ``spark-defaults.conf`` has a key but no value; if a standalone
+        master (``spark://``) is named with ``spark.authenticate`` on and no
+        ``spark.authenticate.secret`` anywhere; if a ``spark-defaults.conf`` that holds a
+        secret can be read by other users.
 
     Examples
     --------
@@ -148,11 +177,20 @@ def local_session(
         return SparkSession.active()
     except PySparkRuntimeError:
         pass  # none yet: start one below
+    _cluster_secret(settings)
     _python_workers_run_this_interpreter(settings["spark.pyspark.python"])
+    from pyspark import SparkContext
+
+    # A JVM this process started before (for a session since stopped) takes the settings
+    # through py4j; a new one through spark-submit's command line, except the secrets.
+    private = {} if SparkContext._gateway is not None else {
+        key: value for key, value in settings.items() if _SECRET_SETTING.search(key)}
     builder = SparkSession.builder
     for key, value in settings.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+        if key not in private:
+            builder = builder.config(key, value)
+    with _submitted_privately(private):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
@@ -168,28 +206,38 @@ def local_connect_session(
 
     The server is a Spark application like :func:`local_session`'s, with the same
     settings (``spark-conf/``, this interpreter for Python workers, the driver on
-    127.0.0.1), plus the Connect endpoint on 127.0.0.1 and a free port. The session
-    returned talks to it over gRPC, as a notebook on Databricks standard or serverless
-    compute talks to its cluster. Needs the ``connect`` extra (``pip install
-    'pyspark-reactive[connect]'``). The server lives as long as this process.
+    127.0.0.1, Spark's own authentication), plus the Connect endpoint on 127.0.0.1 and a
+    free port. The session returned talks to it over gRPC, as a notebook on Databricks
+    standard or serverless compute talks to its cluster. Needs the ``connect`` extra
+    (``pip install 'pyspark-reactive[connect]'``). The server lives as long as this
+    process.
 
     The endpoint asks every client for a token (``spark.connect.authenticate.token``), as
     pyspark's own ``remote("local")`` server does: 127.0.0.1 is open to every user of the
     machine, and a client of the server reads files and runs Python as you. The token is
     random, 256 bits, made here for each server, and held only by the server and the
     session returned (and the sessions made from it, such as ``newSession()``): it is not
-    logged or shown in an error, and it reaches the server through the server's own
-    environment (which only you can read), not its command line or this process's
-    environment. A token you choose is used instead
-    when ``conf`` holds ``spark.connect.authenticate.token`` or the environment variable
+    logged or shown in an error, and it reaches the server JVM as a secret setting does
+    (see :func:`local_session`), never through a command line or this process's
+    environment. A token you choose is used instead when ``conf`` holds
+    ``spark.connect.authenticate.token`` or the environment variable
     ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's own) is set, in that order.
+
+    Clients dial ``localhost``, not an address: pyspark sends a token over a plain
+    channel only to that host name, and Spark's own ``foreachBatch`` worker dials it too.
+    gRPC tries ``::1`` before 127.0.0.1 for ``localhost``, so whoever listened on
+    ``[::1]:PORT`` would receive the token from the next new connection. While this
+    process lives, it therefore holds the port on the other loopback address too (bound,
+    not listening): nobody else can listen there, and a client's attempt there is refused
+    at once and goes on to the server. The port is one free on both; where the machine
+    has no IPv6 loopback, nobody can listen on ``::1`` and nothing needs holding.
 
     Parameters
     ----------
     app_name, master, conf, conf_dir
         As for :func:`local_session`; ``conf`` applies to the server. The server listens on
         loopback only: ``spark.connect.grpc.binding.address`` may be ``127.0.0.1`` (the
-        default), ``::1`` or ``localhost``.
+        default, also for ``localhost``) or ``::1``.
 
     Returns
     -------
@@ -204,11 +252,13 @@ def local_connect_session(
     ImportError
         When the ``connect`` extra is not installed.
     RuntimeError
-        When this process already runs a classic session, which would not serve Connect.
+        When this process already runs a classic session, which would not serve Connect;
+        when the server did not get the port chosen for it (another process took it
+        meanwhile: try again).
     ValueError
         When ``conf`` binds the endpoint to an address other machines reach (the server
         has no TLS, so the token would cross the network in clear text), or gives an
-        empty token.
+        empty token; as :func:`local_session`.
 
     Notes
     -----
@@ -238,43 +288,125 @@ def local_connect_session(
         raise RuntimeError("local_connect_session: this process already runs a classic "
                            "SparkSession, and one process holds one Spark application; "
                            "stop it first, or use a new process")
-    with socket.socket() as probe:  # a free port on loopback for the Connect endpoint
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    # The server of an earlier call is gone (its SparkContext stopped): so is its port.
+    _LOOPBACK_HOLDS.clear()
+    serving = "::1" if address == "::1" else "127.0.0.1"  # the JVM takes one address
+    port, hold = _reserve_loopback_port(serving)
+    if hold is not None:
+        _LOOPBACK_HOLDS.append(hold)
     server = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(port),
         # As pyspark's own local Connect server: each client session's artifacts apart.
         "spark.sql.artifact.isolation.enabled": "true",
         "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
+        **conf,
+        "spark.connect.grpc.binding.address": serving,
+        "spark.connect.grpc.binding.port": str(port),
+        # A port found taken fails the start, never a move to one not held on the other
+        # address.
+        "spark.connect.grpc.port.maxRetries": "0",
+        # A secret setting: never on the JVM's command line (see local_session).
+        _CONNECT_TOKEN: token,
     }
-    # The token reaches the server through its environment, never its conf: pyspark hands
-    # every conf entry to spark-submit as "--conf key=value", so it would stand in the
-    # JVM's command line, which every user of the machine reads (ps, /proc/PID/cmdline);
-    # a process's environment only its owner reads. Spark's server takes the variable when
-    # its conf has no token (so the caller's conf token is moved there too). It is set
-    # for the launch only: this process's later children do not inherit it.
-    conf.pop("spark.connect.authenticate.token", None)
-    previous = os.environ.get(_TOKEN_VARIABLE)
-    os.environ[_TOKEN_VARIABLE] = token
     try:
-        local_session(app_name, master, {**server, **conf}, conf_dir=conf_dir)
-    finally:
-        if previous is None:
-            del os.environ[_TOKEN_VARIABLE]
-        else:
-            os.environ[_TOKEN_VARIABLE] = previous
+        local_session(app_name, master, server, conf_dir=conf_dir)
+        jvm = SparkContext._jvm
+        assert jvm is not None
+        # The Scala object's own instance: py4j sees no static forwarder of localPort.
+        service = getattr(jvm.org.apache.spark.sql.connect.service, "SparkConnectService$")
+        bound = getattr(service, "MODULE$").localPort()
+    except BaseException:
+        _LOOPBACK_HOLDS.clear()
+        raise
+    if bound != port:
+        _LOOPBACK_HOLDS.clear()
+        raise RuntimeError(f"local_connect_session: the Connect server listens on port "
+                           f"{bound}, not on {port}, which this process holds on the other "
+                           "loopback address; stop the session and try again")
     # pyspark.sql.functions and friends build Connect columns only in Connect mode, which
     # the classic server in this process would otherwise hide (pyspark's own local
     # Connect server sets this too).
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     # "localhost", not 127.0.0.1: pyspark sends a token over a plain (local) channel only to
-    # that host name and tries TLS for any other, which this server does not speak. It is
-    # resolved like 127.0.0.1 here; the server listens on loopback only.
+    # that host name and tries TLS for any other, which this server does not speak.
     # create(), not getOrCreate(): that would hand back the classic session just started.
     session: Any = ConnectSession.builder.remote(f"sc://localhost:{port}/;token={token}").create()
     return cast(SparkSession, session)
+
+
+class _Holds(list[socket.socket]):
+    """Sockets that keep a port on a loopback address from everyone else; ``clear()``
+    closes them."""
+
+    def clear(self) -> None:
+        for held in self:
+            held.close()
+        super().clear()
+
+
+# The other loopback address of this process's Connect server, held while it may serve.
+_LOOPBACK_HOLDS = _Holds()
+
+
+def _reserve_loopback_port(serving: str = "127.0.0.1") -> tuple[int, socket.socket | None]:
+    """A TCP port free on both 127.0.0.1 and ::1, for a server about to listen on
+    ``serving`` (one of them), and a socket bound to the port on the other address, which
+    the caller keeps for as long as the server lives.
+
+    Clients that dial ``localhost`` try both addresses (gRPC ``::1`` first); the socket,
+    bound without listening and without ``SO_REUSEADDR`` or ``SO_REUSEPORT``, keeps every
+    other process (of any user) from listening there, while a client's connection attempt
+    there is refused at once and goes on to the server. ``None`` where the machine has no
+    such address (no IPv6 loopback, say): nobody can listen there either.
+
+    Parameters
+    ----------
+    serving : str, default "127.0.0.1"
+        The address the server will listen on: ``"127.0.0.1"`` or ``"::1"``.
+
+    Returns
+    -------
+    tuple[int, socket.socket or None]
+        The port, and the socket that holds it on the other address (close it when the
+        server is gone), or ``None``.
+
+    Raises
+    ------
+    ValueError
+        If ``serving`` is neither loopback address.
+    RuntimeError
+        If no port free on both is found in 100 tries.
+    """
+    families = {"127.0.0.1": (socket.AF_INET, "::1", socket.AF_INET6),
+                "::1": (socket.AF_INET6, "127.0.0.1", socket.AF_INET)}
+    if serving not in families:
+        raise ValueError(f"_reserve_loopback_port: serving={serving!r} is not accepted: "
+                         "'127.0.0.1' or '::1'")
+    family, other, other_family = families[serving]
+    for _ in range(100):
+        # The serving address's probe stays bound until the other address is held, so
+        # the port is free on both at one moment; the server binds it right after.
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((serving, 0))
+            port = int(probe.getsockname()[1])
+            try:
+                hold = socket.socket(other_family, socket.SOCK_STREAM)
+            except OSError:  # this family is not supported at all
+                return port, None
+            try:
+                if other_family == socket.AF_INET6:
+                    hold.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                hold.bind((other, port))
+            except OSError as error:
+                hold.close()
+                if error.errno == errno.EADDRINUSE:
+                    continue  # taken there: another port
+                if error.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    return port, None  # no such address here: nobody can listen on it
+                raise
+            return port, hold
+    raise RuntimeError(f"_reserve_loopback_port: no port free on both {serving} and {other} "
+                       "in 100 tries")
 
 
 def notebook_session(remote: str | None = None) -> SparkSession:
@@ -403,6 +535,7 @@ def _settings(app_name: str, master: str, conf: Mapping[str, str] | None,
     if not log4j_config.is_file():
         raise FileNotFoundError(f"Spark configuration directory {directory} has no {LOG4J_FILE}")
 
+    _private_if_secret(directory / SPARK_DEFAULTS_FILE, defaults)
     settings = dict(defaults)
     settings["spark.app.name"] = app_name
     settings["spark.master"] = master
@@ -415,6 +548,8 @@ def _settings(app_name: str, master: str, conf: Mapping[str, str] | None,
     settings["spark.pyspark.python"] = sys.executable
     if master == "local" or master.startswith(("local[", "local-cluster[")):
         settings["spark.pyspark.python"] = _python_without_spark_zips() or sys.executable
+    # Spark's RPC answers any local user otherwise (see local_session).
+    settings[_AUTHENTICATE] = "true"
     settings.update(conf or {})
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     if _LOG4J_OPTION not in java_options:
@@ -423,6 +558,116 @@ def _settings(app_name: str, master: str, conf: Mapping[str, str] | None,
         settings["spark.driver.extraJavaOptions"] = f"{log4j_option} {java_options}".strip()
 
     return settings
+
+
+def _private_if_secret(path: Path, settings: Mapping[str, str]) -> None:
+    """Refuse a ``spark-defaults.conf`` that holds a secret setting and that other users
+    may read."""
+    held = sorted(key for key in settings if _SECRET_SETTING.search(key))
+    if not held:
+        return
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise ValueError(f"{path} holds {', '.join(held)} (secret) but its mode is "
+                         f"{mode:04o}: other users may read it; chmod 600 {path}")
+
+
+def _spark_submit_defaults() -> tuple[Path, dict[str, str]]:
+    """The ``spark-defaults.conf`` that ``spark-submit`` reads by itself (in
+    ``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), and its settings (none where it does
+    not exist)."""
+    folder = os.environ.get("SPARK_CONF_DIR")
+    if not folder:
+        from pyspark.find_spark_home import _find_spark_home
+
+        folder = os.path.join(_find_spark_home(), "conf")
+    path = Path(folder) / SPARK_DEFAULTS_FILE
+    if not path.is_file():
+        return path, {}
+    settings = read_spark_defaults(path)
+    _private_if_secret(path, settings)
+    return path, settings
+
+
+def _cluster_secret(settings: dict[str, str]) -> None:
+    """With ``spark.authenticate`` on, make sure the application has its secret where
+    Spark does not make one (``local`` and YARN masters have it made): make a random one
+    for ``local-cluster``, whose master and workers run in the driver's JVM; refuse a
+    standalone master for which neither ``settings`` nor spark-submit's own
+    ``spark-defaults.conf`` has the secret it shares with its master and workers."""
+    if settings.get(_AUTHENTICATE, "").strip().lower() != "true":
+        return
+    if _AUTHENTICATE_SECRET in settings:
+        return
+    master = settings.get("spark.master", "")
+    if master.startswith("local-cluster["):
+        import secrets
+
+        settings[_AUTHENTICATE_SECRET] = secrets.token_hex(32)
+        return
+    if not master.startswith("spark://"):
+        return
+    path, submitted = _spark_submit_defaults()
+    if _AUTHENTICATE_SECRET in submitted:
+        return
+    raise ValueError(
+        f"local_session: master {master!r} is a standalone cluster and {_AUTHENTICATE} is on, "
+        f"but no {_AUTHENTICATE_SECRET} is given: the cluster's master and workers and this "
+        f"driver share one secret. Put '{_AUTHENTICATE_SECRET} <secret>' in {path} (mode "
+        f"600; SPARK_CONF_DIR names its folder) or pass it in conf (it reaches the JVM "
+        f"through a private file, never its command line); for a cluster that runs "
+        f"without authentication, conf={{'{_AUTHENTICATE}': 'false'}}")
+
+
+def _properties_escaped(text: str) -> str:
+    """``text`` as a key or value of a Java properties file: characters other than ASCII
+    letters, digits and ``_.-/`` as ``\\uXXXX`` escapes (UTF-16 units), which
+    ``Properties.load`` reads back exactly."""
+    safe = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-/")
+    escaped = []
+    for character in text:
+        if character in safe:
+            escaped.append(character)
+            continue
+        units = character.encode("utf-16-be")
+        escaped.extend(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+    return "".join(escaped)
+
+
+@contextlib.contextmanager
+def _submitted_privately(private: Mapping[str, str]) -> Iterator[None]:
+    """While a new JVM starts: ``private`` in a properties file only this user reads,
+    named to spark-submit by ``--properties-file`` (its own ``spark-defaults.conf`` still
+    read, ``--load-spark-defaults``) through ``PYSPARK_SUBMIT_ARGS``; the file is removed,
+    and the variable restored, once the JVM has started (or failed to)."""
+    if not private:
+        yield
+        return
+    variable = "PYSPARK_SUBMIT_ARGS"
+    previous = os.environ.get(variable)
+    given = shlex.split(previous or "")
+    if any(word.startswith(("--properties-file", "--load-spark-defaults")) for word in given):
+        raise ValueError(
+            f"local_session: {variable} names --properties-file, and the secret settings "
+            f"({', '.join(sorted(private))}) reach the JVM through a properties file of "
+            "their own: put them in that file instead, or leave --properties-file out")
+    folder = tempfile.mkdtemp(prefix="pyspark-reactive-conf-")  # 0700
+    path = os.path.join(folder, "secrets.properties")
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w", encoding="ascii") as properties:
+            for key, value in private.items():
+                properties.write(f"{_properties_escaped(key)}={_properties_escaped(value)}\n")
+        os.environ[variable] = " ".join(
+            ["--properties-file", shlex.quote(path), "--load-spark-defaults",
+             previous or "pyspark-shell"])
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = previous
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _WRAPPER = """#!/bin/sh

@@ -238,6 +238,85 @@ def test_another_local_user_without_the_token_is_refused(spark: SparkSession) ->
     assert "UNAUTHENTICATED" in result["error"], result
 
 
+_SQUATTER = """
+import errno, json, socket, sys
+
+port, found = int(sys.argv[1]), {}
+for family, address in ((socket.AF_INET6, "::1"), (socket.AF_INET6, "::"),
+                        (socket.AF_INET, "127.0.0.1"), (socket.AF_INET, "0.0.0.0")):
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # Whatever would let a second socket share the port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if address == "::1":
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((address, port))
+        sock.listen(8)
+        found[address] = "listening"
+    except OSError as error:
+        found[address] = errno.errorcode.get(error.errno, str(error.errno))
+    finally:
+        sock.close()
+print(json.dumps(found))
+"""
+
+
+def test_another_local_user_cannot_listen_where_clients_dial_and_new_sessions_work(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # Clients dial localhost:PORT, which gRPC tries on ::1 first: whoever listened there
+    # would be sent the token by the next new connection (newSession(), the foreachBatch
+    # worker of a new query, a reconnect).
+    from other_user import other_user_reason, run_as_other_user
+
+    reason = other_user_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    endpoint = spark.client._builder.endpoint  # type: ignore[attr-defined]
+    host, port = endpoint.rsplit(":", 1)
+    assert host == "localhost"
+    done = run_as_other_user(_SQUATTER, port, timeout=60)
+    assert done.returncode == 0, done.stderr[-800:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    # EADDRNOTAVAIL for ::1 where the machine has no IPv6 loopback: nobody listens there.
+    assert "listening" not in found.values(), f"uid 65534 listened on port {port}: {found}"
+    assert found["::1"] in ("EADDRINUSE", "EADDRNOTAVAIL"), found
+    # The user's own new connections still reach the server.
+    assert new_session(spark).range(5).count() == 5
+    df = reactive(spark, publisher="range", count=6, maxRecordsPerTrigger=6).load()
+    subscriber = Checked(100)
+    publish(df, element="tuple", trigger={"availableNow": True},
+            checkpointLocation=tmp_path / "checkpoint").subscribe(subscriber)
+    assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
+    assert subscriber.completed, subscriber.error
+    assert sorted(v for (v,) in subscriber.elements) == list(range(6))
+
+
+def test_another_local_user_gets_no_answer_from_sparks_own_rpc(spark: SparkSession) -> None:
+    # The token guards the gRPC port only; the server's driver also listens for Spark's
+    # own RPC (its endpoints, and the block manager), which spark.authenticate guards.
+    from other_user import other_user_reason, run_as_other_user
+    from pyspark import SparkContext
+    from spark_rpc_probe import PROBE, answers
+
+    reason = other_user_reason(site_packages=True)
+    if reason is not None:
+        pytest.skip(reason)
+    driver = spark.conf.get("spark.driver.port")
+    context = SparkContext._active_spark_context  # the server's, in this process
+    assert context is not None
+    # local[2]: one block manager, the driver's ("host:port").
+    [block_manager] = [int(address.rsplit(":", 1)[1]) for address in context._jsc.sc()
+                       .getExecutorMemoryStatus().keySet().mkString(",").split(",")]
+    targets = [f"endpoint:{driver}:BlockManagerMaster", f"blocks:{block_manager}"]
+    done = run_as_other_user(PROBE, *targets, site_packages=True, timeout=180)
+    found = answers(done.stdout)
+    assert set(found) == set(targets), f"{done.stdout[-800:]} {done.stderr[-1500:]}"
+    for target, result in found.items():
+        assert not result["answered"], f"uid 65534 was answered by {target}: {result}"
+        assert "SaslMessage" in result["detail"], result  # refused for want of the secret
+
+
 def test_a_copy_of_a_delivered_batch_is_never_delivered_again(
         spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # Another session copies batch 0's table, marks and all, while it waits, and puts the
