@@ -56,6 +56,9 @@ def spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
         "spark.cores.max": str(WORKER_CORES),
         # executor_subscribers.py, which the foreach writer's factory names by reference.
         "spark.executorEnv.PYTHONPATH": os.pathsep.join((str(HERE), str(SOURCE_TESTS))),
+        # The cluster's: local_session() hands it to the JVM in a private file, never on
+        # its command line.
+        "spark.authenticate.secret": cluster.secret,
     })
     yield session
     session.stop()

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -32,10 +33,14 @@ _POLL_S = 0.25
 
 # Read by both daemons instead of any spark-defaults.conf: no REST submission server (it
 # takes the fixed port 6066), and a port found taken is an error, not a silent move to
-# the next one, which would leave the fixture watching another process's web UI.
+# the next one, which would leave the fixture watching another process's web UI. Spark's
+# RPC asks every peer (worker, driver, executors) for the cluster's secret, which stands
+# in this file (0600), never on a command line.
 DAEMON_PROPERTIES = """\
 spark.master.rest.enabled false
 spark.port.maxRetries 0
+spark.authenticate true
+spark.authenticate.secret {secret}
 """
 
 
@@ -160,6 +165,7 @@ class StandaloneCluster:
     master: Daemon
     worker: Daemon
     logs: Path
+    secret: str  # spark.authenticate.secret, shared by the daemons and the driver
 
 
 def _wait_until(what: str, ready: Callable[[], bool], daemons: list[Daemon]) -> None:
@@ -180,8 +186,11 @@ def start(directory: Path, daemons: list[Daemon]) -> StandaloneCluster:
     ``daemons`` as soon as it is started, so the caller can stop them whatever happens."""
     conf_dir = directory / "conf"  # empty: Spark's default log4j profile, nothing of ours
     conf_dir.mkdir()
+    secret = secrets.token_hex(32)
     properties = directory / "daemon.properties"
-    properties.write_text(DAEMON_PROPERTIES)
+    descriptor = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(DAEMON_PROPERTIES.format(secret=secret))
     env = dict(os.environ)
     env.update(
         SPARK_HOME=str(_spark_home()),  # not another Spark the environment may name
@@ -210,4 +219,4 @@ def start(directory: Path, daemons: list[Daemon]) -> StandaloneCluster:
         return state.get("aliveworkers", 0) >= 1 and state.get("cores", 0) >= WORKER_CORES
 
     _wait_until("the worker's registration with the master", registered, daemons)
-    return StandaloneCluster(url, web_ui, master, worker, directory)
+    return StandaloneCluster(url, web_ui, master, worker, directory, secret)
