@@ -38,6 +38,7 @@ _ACCEPT_BATCH = 128
 # waiting for its SETUP can make room.
 _ACCEPT_PAUSE_S = 0.1
 _SWEEP_S = 0.5
+_READ_BYTES = 1 << 14
 # Warnings about connections that never got in: this many per window, individually; the
 # rest are counted and summed up in one line when the window ends.
 _LOG_WINDOW_S = 60.0
@@ -136,9 +137,9 @@ def bind_tcp(host: str, port: int) -> list[socket.socket]:
                         log.debug("%s is not held: %s", _shown(family, sockaddr[0], chosen),
                                   error)
                         continue
+                    if error.errno == errno.EADDRINUSE and port == 0 and sockets:
+                        break  # the port the first address got is taken here: another one
                     if not required and error.errno == errno.EADDRINUSE:
-                        if port == 0:
-                            break  # another port, free on every address
                         raise OSError(errno.EADDRINUSE, (
                             f"{_shown(family, sockaddr[0], port)} is in use by "
                             f"another socket: a client dialling localhost:{port} could reach "
@@ -457,32 +458,44 @@ class Gate:
         # accepted: then it is admitted at once and never waits here.
         if self._read(waiting):
             return
-        if len(self._pending) >= self.max_pending:
-            self._evict()
+        if len(self._pending) >= self.max_pending and not self._evict(waiting):
+            return  # the newcomer itself made the room
         self._pending[waiting.fd] = waiting
         self._loop.add_reader(waiting.fd, self._readable, waiting)
 
-    def _evict(self) -> bool:
+    def _evict(self, newcomer: _Waiting | None = None) -> bool:
         """Close the oldest connection waiting for its first frame that is not known to be
-        this user's (or the oldest of all, when all are): False when none waits."""
+        this user's; when all are, ``newcomer`` if it is not, else the oldest of all. True
+        when one that waited was closed."""
         victim = None
         for waiting in self._pending.values():
-            if waiting.uid == _NOT_ASKED:
-                waiting.uid = self._owners.uid(waiting.sock)
-            if waiting.uid is None or waiting.uid != _OWN_UID:
+            if self._foreign(waiting):
                 victim = waiting
                 break
+        if victim is None and newcomer is not None and self._foreign(newcomer):
+            self._reset(newcomer.sock)
+            self._evicted()
+            return False
         if victim is None:
             victim = next(iter(self._pending.values()), None)
             if victim is None:
                 return False
         self._forget(victim)
         self._reset(victim.sock)
+        self._evicted()
+        return True
+
+    def _foreign(self, waiting: _Waiting) -> bool:
+        """Whether a connection is not known to be this user's."""
+        if waiting.uid == _NOT_ASKED:
+            waiting.uid = self._owners.uid(waiting.sock)
+        return waiting.uid is None or waiting.uid != _OWN_UID
+
+    def _evicted(self) -> None:
         self.evicted += 1
         self._on_refused()
         self._quiet.count(f"closed before their first frame to make room for newer ones "
                           f"(max_pending={self.max_pending})")
-        return True
 
     # -- reading the first frame ----------------------------------------------------------
 
@@ -493,7 +506,9 @@ class Gate:
     def _read(self, waiting: _Waiting) -> bool:
         """Read what the peer sent; True once the connection no longer waits here."""
         try:
-            data = waiting.sock.recv(self._frame_limit + 3 - len(waiting.buffer))
+            # A SETUP with a token is a few hundred bytes: small reads, whatever comes.
+            data = waiting.sock.recv(min(_READ_BYTES,
+                                         self._frame_limit + 3 - len(waiting.buffer)))
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:

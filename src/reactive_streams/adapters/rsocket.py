@@ -1584,8 +1584,9 @@ def _setup_refusal(service: RSocketService, frame: Any) -> tuple[Any, str] | Non
     the reason), or ``None`` when it carries the service's token (or the service asks for
     none)."""
     if not isinstance(frame, _frame.SetupFrame):
+        what = type(frame).__name__ if frame is not None else "a frame marked to be ignored"
         return (_error_codes.ErrorCode.INVALID_SETUP,
-                f"the first frame must be SETUP, not {type(frame).__name__}")
+                f"the first frame must be SETUP, not {what}")
     if service.token is None:
         return None
     presented = _bearer_token(frame.metadata or b"") if (
