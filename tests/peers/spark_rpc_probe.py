@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["PROBE", "answers"]
+__all__ = ["PROBE", "assert_refused"]
 
 PROBE = r"""
 import json, sys
@@ -74,7 +74,7 @@ gateway.shutdown()
 """
 
 
-def answers(stdout: str) -> dict[str, dict[str, Any]]:
+def _answers(stdout: str) -> dict[str, dict[str, Any]]:
     """The probe's result per target, from its output."""
     found: dict[str, dict[str, Any]] = {}
     for line in stdout.splitlines():
@@ -82,3 +82,18 @@ def answers(stdout: str) -> dict[str, dict[str, Any]]:
             result = json.loads(line)
             found[result["target"]] = result
     return found
+
+
+def assert_refused(targets: list[str]) -> None:
+    """Run :data:`PROBE` as uid 65534 against ``targets`` and check that every one refused
+    it for want of the application's secret (call ``other_user_reason(site_packages=True)``
+    first)."""
+    from other_user import run_as_other_user
+
+    done = run_as_other_user(PROBE, *targets, site_packages=True, timeout=180)
+    found = _answers(done.stdout)
+    assert set(found) == set(targets), f"{done.stdout[-800:]} {done.stderr[-1500:]}"
+    for target, result in found.items():
+        assert not result["answered"], f"uid 65534 was answered by {target}: {result}"
+        # Spark's SASL handler turned it away before any endpoint saw it.
+        assert "SaslMessage" in result["detail"], result

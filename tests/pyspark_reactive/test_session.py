@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 from pathlib import Path
 
@@ -232,3 +234,119 @@ def test_notebook_parameter_finds_the_notebooks_dbutils(monkeypatch: pytest.Monk
         assert notebook_parameter("BASE_PATH", "/tmp/here") == "/Volumes/main/default/scratch"
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_sessions_run_with_sparks_own_authentication(spark: SparkSession) -> None:
+    # Spark's RPC (driver endpoints, block manager) then refuses a peer without the
+    # application's secret, which Spark makes itself for local masters;
+    # tests/connect/test_connect_security.py tries it as another user.
+    assert spark.sparkContext.getConf().get("spark.authenticate") == "true"
+    assert spark.sparkContext.getConf().get("spark.authenticate.secret") is None
+
+
+@pytest.mark.parametrize("serving, other, other_family", [
+    ("127.0.0.1", "::1", socket.AF_INET6), ("::1", "127.0.0.1", socket.AF_INET)])
+def test_a_reserved_port_is_held_on_the_other_loopback_address(
+        serving: str, other: str, other_family: int) -> None:
+    from pyspark_reactive.session import _reserve_loopback_port
+
+    family = socket.AF_INET if other_family == socket.AF_INET6 else socket.AF_INET6
+    try:
+        port, hold = _reserve_loopback_port(serving)
+    except OSError as error:  # serving on ::1 where there is no IPv6 loopback
+        pytest.skip(f"no {serving} here: {error}")
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as server:
+            server.bind((serving, port))  # free for the server
+            server.listen(1)
+            with socket.socket(other_family, socket.SOCK_STREAM) as squatter:
+                squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                with pytest.raises(OSError) as refused:
+                    squatter.bind((other, port))
+            # Without a hold the machine has no such address: nobody can listen there.
+            expected = errno.EADDRINUSE if hold is not None else errno.EADDRNOTAVAIL
+            assert refused.value.errno == expected, refused.value
+            if hold is not None:  # a client that tries there first is turned away at once
+                with socket.socket(other_family, socket.SOCK_STREAM) as client:
+                    client.settimeout(5)
+                    assert client.connect_ex((other, port)) == errno.ECONNREFUSED
+    finally:
+        if hold is not None:
+            hold.close()
+    with pytest.raises(ValueError, match=r"serving='localhost' is not accepted"):
+        _reserve_loopback_port("localhost")
+
+
+def test_secret_settings_travel_in_a_private_properties_file_spark_reads_back(
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import shlex
+
+    from pyspark_reactive.session import _properties_escaped, _submitted_privately
+
+    tricky = {"spark.authenticate.secret": "a=b:c #d\\e\tf\u00e9\U0001f600 ",
+              "spark.x.password": "!x"}
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    with _submitted_privately(tricky):
+        words = shlex.split(os.environ["PYSPARK_SUBMIT_ARGS"])
+        assert words[0] == "--properties-file" and words[2:] == [
+            "--load-spark-defaults", "pyspark-shell"]
+        path = Path(words[1])
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert path.parent.stat().st_mode & 0o777 == 0o700
+        text = path.read_text(encoding="ascii")
+    assert not path.parent.exists() and "PYSPARK_SUBMIT_ARGS" not in os.environ
+    # Java reads back every character (Spark trims the value's ends, as it does in
+    # spark-defaults.conf).
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    properties = jvm.java.util.Properties()
+    properties.load(jvm.java.io.StringReader(text))
+    assert {key: properties.getProperty(key) for key in tricky} == tricky
+    assert _properties_escaped("spark.a_b-c/d") == "spark.a_b-c/d"
+    # Another properties file named by the caller would stand in for ours: refused.
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--properties-file /x.conf pyspark-shell")
+    with pytest.raises(ValueError, match="PYSPARK_SUBMIT_ARGS names --properties-file"):
+        with _submitted_privately(tricky):
+            pass
+    assert os.environ["PYSPARK_SUBMIT_ARGS"] == "--properties-file /x.conf pyspark-shell"
+
+
+def test_a_standalone_master_needs_the_clusters_secret_from_a_private_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_reactive.session import _cluster_secret, _settings
+
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    master = "spark://127.0.0.1:7077"
+    with pytest.raises(ValueError, match="no spark.authenticate.secret is given") as error:
+        _cluster_secret(_settings("x", master, None, None))
+    assert str(tmp_path / SPARK_DEFAULTS_FILE) in str(error.value)
+    # Given in conf (it travels privately, see above), or in spark-submit's own defaults.
+    _cluster_secret(_settings("x", master, {"spark.authenticate.secret": "s"}, None))
+    defaults = tmp_path / SPARK_DEFAULTS_FILE
+    defaults.write_text("spark.authenticate.secret s\n")
+    defaults.chmod(0o600)
+    _cluster_secret(_settings("x", master, None, None))
+    defaults.chmod(0o644)
+    with pytest.raises(ValueError, match=r"mode is 0644: other users may read it; chmod 600"):
+        _cluster_secret(_settings("x", master, None, None))
+    # A cluster that runs without authentication, said so.
+    _cluster_secret(_settings("x", master, {"spark.authenticate": "false"}, None))
+    # local-cluster: its master and workers run in the driver's JVM; a secret is made.
+    local_cluster = _settings("x", "local-cluster[1,1,512]", None, None)
+    _cluster_secret(local_cluster)
+    assert len(local_cluster["spark.authenticate.secret"]) == 64
+    # local masters: Spark makes its own.
+    local = _settings("x", "local[2]", None, None)
+    _cluster_secret(local)
+    assert local["spark.authenticate"] == "true" and "spark.authenticate.secret" not in local
+
+
+def test_a_conf_dir_whose_defaults_hold_a_secret_must_be_private(tmp_path: Path) -> None:
+    (tmp_path / "log4j2.properties").write_text("")
+    defaults = tmp_path / SPARK_DEFAULTS_FILE
+    defaults.write_text("spark.ssl.keyStorePassword p\n")
+    defaults.chmod(0o640)
+    with pytest.raises(ValueError, match=r"holds spark.ssl.keyStorePassword \(secret\)"):
+        local_session(conf_dir=tmp_path)
