@@ -22,10 +22,15 @@ COPY src/ src/
 RUN pip install --no-cache-dir "pyspark==${PYSPARK_VERSION}" --editable ".[spark,notebooks]" \
         "jupyterlab>=4,<5"
 
-# The master and worker read spark-defaults.conf and log4j2.properties from here too.
-ENV SPARK_CONF_DIR=/opt/pyspark-reactive/spark-conf
+# Every service starts through it: Spark's authentication on, with the cluster's secret
+# in a private spark-defaults.conf (beside spark-conf/'s settings) that SPARK_CONF_DIR
+# names for the master, the worker and spark-submit.
+COPY docker-entrypoint.sh /usr/local/bin/
 
 # Nothing needs root at run time; the worker's work dir and Jupyter's state go to /tmp and
-# the user's home.
-RUN useradd --create-home --uid 1000 spark
+# the user's home. The folder of the secret's volume (docker-compose.yml) is made here,
+# the user's and 0700, so that a new volume starts so.
+RUN useradd --create-home --uid 1000 spark \
+    && install --directory --owner=spark --group=spark --mode=0700 /var/lib/spark-auth
 USER spark
+ENTRYPOINT ["docker-entrypoint.sh"]

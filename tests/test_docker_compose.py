@@ -5,8 +5,10 @@ pyproject.toml, the mounts, and every published port on 127.0.0.1 only."""
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from pyspark_reactive.session import read_spark_defaults
 
 try:
     import tomllib
@@ -141,25 +145,39 @@ def test_the_image_pins_the_pyspark_that_pyproject_accepts_and_the_tests_run() -
         "Spark 4 needs Java 17 or 21")
 
 
+def mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Target -> source of each of a service's volumes."""
+    found = {}
+    for volume in service.get("volumes", []):
+        source, target = (volume.split(":")[:2] if isinstance(volume, str)
+                          else (volume["source"], volume["target"]))
+        found[target] = source
+    return found
+
+
+def entrypoint_default(variable: str) -> str:
+    """The default of ``${variable:-...}`` in docker-entrypoint.sh."""
+    found = re.search(r"\$\{" + variable + r":-([^}]+)\}",
+                      (ROOT / "docker-entrypoint.sh").read_text())
+    assert found, f"docker-entrypoint.sh has no ${{{variable}:-default}}"
+    return found.group(1)
+
+
 def test_spark_conf_and_notebooks_are_mounted_where_they_are_read(
         compose: dict[str, Any]) -> None:
     workdir = arguments("WORKDIR")[-1]
-    # local_session() of an editable install reads <project>/spark-conf; the master and
-    # the worker read $SPARK_CONF_DIR.
+    # local_session() of an editable install reads <project>/spark-conf; the entrypoint
+    # makes the master's, the worker's and spark-submit's $SPARK_CONF_DIR from it.
     conf_dir = f"{workdir}/spark-conf"
-    assert settings("ENV").get("SPARK_CONF_DIR") == conf_dir
+    assert entrypoint_default("PROJECT_SPARK_CONF") == conf_dir
     assert (ROOT / "spark-conf" / "spark-defaults.conf").is_file()
     services = compose["services"]
     for name in SERVICES:
-        mounts = {}
-        for volume in services[name].get("volumes", []):
-            source, target = (volume.split(":")[:2] if isinstance(volume, str)
-                              else (volume["source"], volume["target"]))
-            mounts[target] = source
-        assert mounts.get(conf_dir) == "./spark-conf", f"{name} mounts {mounts}"
+        assert mounts(services[name]).get(conf_dir) == "./spark-conf", (
+            f"{name} mounts {mounts(services[name])}")
         if name == "jupyter":
             notebooks = f"{workdir}/notebooks"
-            assert mounts.get(notebooks) == "./notebooks", f"{name} mounts {mounts}"
+            assert mounts(services[name]).get(notebooks) == "./notebooks"
             assert option(command(services[name]), "--ServerApp.root_dir") == notebooks
 
 
@@ -223,3 +241,62 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_no_local_state()
     for local in (".git", ".venv", ".venv-spark40/bin/python", "notebooks",
                   "src/pyspark_reactive/__pycache__/sink.cpython-311.pyc", "spark-warehouse"):
         assert excluded(local, patterns), f"{local} would be sent to the Docker daemon"
+
+
+def test_every_service_runs_with_sparks_authentication_and_no_secret_in_sight(
+        compose: dict[str, Any]) -> None:
+    # Without spark.authenticate anyone who reaches the master's port submits code that the
+    # worker runs. The secret is in a volume of these containers only, made at the first
+    # start, never in the compose file, the image or a command line.
+    assert arguments("ENTRYPOINT") == ['["docker-entrypoint.sh"]']
+    assert any(args.startswith("docker-entrypoint.sh ") for args in arguments("COPY"))
+    assert os.access(ROOT / "docker-entrypoint.sh", os.X_OK)
+    assert "SPARK_CONF_DIR" not in settings("ENV"), "the entrypoint sets SPARK_CONF_DIR"
+    shared = entrypoint_default("SPARK_AUTH_DIR")
+    assert any(re.search(rf"install --directory --owner=spark .*--mode=0700 {shared}$", args)
+               for args in arguments("RUN")), "the volume's folder: the user's, 0700"
+    assert "spark-auth" in (compose.get("volumes") or {})
+    for name in SERVICES:
+        service = compose["services"][name]
+        assert mounts(service).get(shared) == "spark-auth", f"{name} mounts {mounts(service)}"
+        assert "entrypoint" not in service, f"{name} replaces the image's entrypoint"
+        text = yaml.safe_dump(service)
+        assert "authenticate" not in text and "--conf" not in text, text
+    # In the script, the secret goes to the shell's own printf and test only (no other
+    # program, so no command line).
+    uses = [line.strip() for line in (ROOT / "docker-entrypoint.sh").read_text().splitlines()
+            if "$secret" in line]
+    assert len(uses) == 2 and all(use.startswith(("printf ", "if [ ")) for use in uses), uses
+
+
+def run_entrypoint(shared: Path, home: Path) -> tuple[Path, str]:
+    """docker-entrypoint.sh run as a container would (its paths moved to ``shared`` and
+    ``home``): the SPARK_CONF_DIR it gives the command, and the secret written there."""
+    home.mkdir(mode=0o700)
+    done = subprocess.run(
+        ["sh", str(ROOT / "docker-entrypoint.sh"), "sh", "-c", 'printf %s "$SPARK_CONF_DIR"'],
+        env={"PATH": os.environ["PATH"], "HOME": str(home), "SPARK_AUTH_DIR": str(shared),
+             "PROJECT_SPARK_CONF": str(ROOT / "spark-conf")},
+        capture_output=True, text=True, timeout=30, check=True)
+    conf = Path(done.stdout)
+    settings = read_spark_defaults(conf / "spark-defaults.conf")
+    return conf, settings["spark.authenticate.secret"]
+
+
+def test_the_entrypoint_shares_one_secret_in_private_files(tmp_path: Path) -> None:
+    shared = tmp_path / "spark-auth"
+    shared.mkdir(mode=0o700)
+    conf, secret = run_entrypoint(shared, tmp_path / "master")
+    assert re.fullmatch(r"[0-9a-f]{64}", secret), secret
+    assert conf == tmp_path / "master" / ".spark-conf"
+    assert conf.stat().st_mode & 0o777 == 0o700
+    for path in (conf / "spark-defaults.conf", shared / "secret"):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    settings = read_spark_defaults(conf / "spark-defaults.conf")
+    project = read_spark_defaults(ROOT / "spark-conf" / "spark-defaults.conf")
+    assert settings == {**project, "spark.authenticate": "true",
+                        "spark.authenticate.secret": secret}
+    assert (conf / "log4j2.properties").resolve() == ROOT / "spark-conf" / "log4j2.properties"
+    # Another container (and this one restarted): the same secret.
+    assert run_entrypoint(shared, tmp_path / "worker")[1] == secret
+    assert sorted(p.name for p in shared.iterdir()) == ["secret"]
