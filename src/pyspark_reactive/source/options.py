@@ -319,6 +319,13 @@ SOURCE_OPTION_SPECS = OptionSpecs([
         accepted="a local path, a file: URI (file:/home/me/wal, file:///home/me/wal) or any "
         "filesystem URI pyarrow understands (hdfs://, s3://, ...)"),
     OptionSpec(
+        "walOwnerCheck", "With a local `walLocation`: whether the log's folder must be one "
+        "only you (and root) can change, by its owners and modes. `false` only for a "
+        "filesystem whose owners and modes do not say who can write, such as a Databricks "
+        "volume or another FUSE mount with access control of its own: that control alone "
+        "then keeps the log's rows to you.", "choice", "true", choices=("true", "false"),
+        queries="streaming, with walLocation"),
+    OptionSpec(
         "walSyncMs", "With `walLocation`: rows that arrived are synced to the log at least "
         "this often (a group commit), so a hard kill loses at most what arrived in the last "
         "interval.", "int", DEFAULT_WAL_SYNC_MS, minimum=1, maximum=MAX_MILLISECONDS,
@@ -371,6 +378,9 @@ class SourceOptions:
         that time (a slow stream's rows go at once).
     wal_location : str or None
         Where the write-ahead log lives; ``None`` for no log.
+    wal_owner_check : bool
+        Whether a local write-ahead log's folder must be one its user alone can change
+        (``walOwnerCheck``; see :class:`~pyspark_reactive.source.wal.WriteAheadLog`).
     num_partitions : int or None
         Partitions per micro-batch; ``None`` to size them automatically.
     available_now_max_records : int
@@ -424,6 +434,7 @@ class SourceOptions:
     fill_timeout_ms: int = DEFAULT_FILL_TIMEOUT_MS
     schema: str | None = None
     available_now_explicit: bool = False
+    wal_owner_check: bool = True
 
 
 def parse_source_options(options: Mapping[str, str], *,
@@ -503,6 +514,7 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
         available_now = min(MAX_COUNT, AVAILABLE_NOW_DEFAULT_BATCHES * max_records)
     wal_sync_ms = specs.read(lower, "walSyncMs")
     wal_sync_rows = specs.read(lower, "walSyncRows")
+    wal_owner_check = specs.read(lower, "walOwnerCheck") == "true"
     subscribe_timeout = specs.read(lower, "subscribeTimeoutMs")
     fill_timeout = specs.read(lower, "fillTimeoutMs")
     schema = specs.given(lower, "schema")
@@ -524,7 +536,8 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
                          subscribe_timeout_ms=subscribe_timeout,
                          fill_timeout_ms=fill_timeout,
                          schema=schema.strip() if schema else None,
-                         available_now_explicit="availablenowmaxrecords" in lower)
+                         available_now_explicit="availablenowmaxrecords" in lower,
+                         wal_owner_check=wal_owner_check)
 
 
 _KNOWN_LOWER = {name.lower(): name for name in SOURCE_OPTIONS}
@@ -794,17 +807,18 @@ def _check_allowed(publisher: str, module_name: str, accepted: str) -> None:
                       f"always allowed); {module_name!r} is not among them")
 
 
-def check_wal_location(location: str) -> None:
+def check_wal_location(location: str, *, owner_check: bool = True) -> None:
     """Raise :class:`OptionError` unless the write-ahead log can be written at ``location``
     and, on the local disk, changed by its user alone (see
-    :class:`~pyspark_reactive.source.wal.WalNotPrivate`).
+    :class:`~pyspark_reactive.source.wal.WalNotPrivate`; not checked with ``owner_check``
+    false, ``walOwnerCheck=false``).
 
     The error shows the location, and the filesystem's reason, without the URI's
     credentials (userinfo, query string)."""
     from .wal import WalNotPrivate, WriteAheadLog
 
     try:
-        WriteAheadLog(location).probe()
+        WriteAheadLog(location, owner_check=owner_check).probe()
     except WalNotPrivate as error:
         raise OptionError("walLocation", location, error.reason) from None
     except OSError as error:

@@ -81,7 +81,8 @@ class DefaultSource(DataSource):
                 # options now, not once the query runs.
                 factory(CaseInsensitiveOptions(self.source_options.raw))
         if self.source_options.wal_location is not None:
-            check_wal_location(self.source_options.wal_location)
+            check_wal_location(self.source_options.wal_location,
+                               owner_check=self.source_options.wal_owner_check)
 
     @classmethod
     def name(cls) -> str:

@@ -37,7 +37,8 @@ class RunLog:
         self._claimed = False
         self.wal: WriteAheadLog | None = None
         if options.wal_location is not None:
-            self.wal = WriteAheadLog(options.wal_location)
+            self.wal = WriteAheadLog(options.wal_location,
+                                     owner_check=options.wal_owner_check)
             self.wal.lock(WAL_LOCK_TIMEOUT_S)
             self.wal.set_aside_torn()
         else:

@@ -14,7 +14,9 @@ The rows are the stream's, so on the local disk the log keeps them to its owner:
 are created 0600 and the directories it creates 0700, whatever the umask, and no file is
 opened through a symbolic link. Its folder is accepted only where nobody else can change
 it: the folder and everything in it the user's and not writable by others, every folder
-above it the user's or root's and not writable by others unless sticky (``/tmp``). A
+above it the user's or root's and not writable by others unless sticky (``/tmp``);
+``walOwnerCheck=false`` turns that check off, for a filesystem whose owners and modes do not
+tell who can write (a Databricks volume, a FUSE mount with access control of its own). A
 segment name without a checksum (as logs of 0.1 wrote them) is read only from a log that
 an older version wrote: the first time this version opens a log it writes a ``format``
 mark listing such segments, and any other is ignored.
@@ -31,6 +33,7 @@ import os
 import pwd
 import re
 import stat
+import threading
 import time
 import urllib.parse
 import uuid
@@ -121,6 +124,8 @@ class WalNotPrivate(PySparkReactiveError, PermissionError):
     a folder above it lets others replace it.
 
     Raised before anything in the folder is read or written; nothing is changed there.
+    Where the path at fault is on a FUSE or network filesystem, whose owners and modes need
+    not say who can write, the message also names ``walOwnerCheck=false``.
     ``path`` is the folder or file at fault, ``reason`` the message after the option's
     name and value.
     """
@@ -175,6 +180,43 @@ _NEW_LOG = ("give walLocation a path that does not exist yet in a folder only yo
 _NEW_LOG_SENTENCE = _NEW_LOG[0].upper() + _NEW_LOG[1:]
 
 
+# Where the kernel lists this process's mounts and each one's filesystem type.
+_MOUNTINFO = "/proc/self/mountinfo"
+# Filesystems whose owners and modes need not say who can write: FUSE (a Databricks volume,
+# /dbfs, s3fs, sshfs), whose daemon decides each access, and network filesystems, whose
+# server does (by its own users, ACLs or grants), the modes shown being a client's guess.
+_FUSE_OR_NETWORK = ("fuse", "nfs")  # prefixes: fuse.s3fs, fuseblk, nfs4
+_NETWORK = frozenset({"cifs", "smb3", "smbfs", "9p", "ceph", "afs", "lustre", "gpfs",
+                      "glusterfs", "virtiofs"})
+_ESCAPED = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space as \040, and so on
+
+
+def mount_type(path: str) -> str | None:
+    """The filesystem type (``ext4``, ``fuse``, ``nfs4``, ...) of the mount that holds the
+    absolute real ``path``, as this process's mount table lists it, or ``None`` where that
+    table cannot be read (not Linux)."""
+    try:
+        with open(_MOUNTINFO, encoding="utf-8", errors="surrogateescape") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    found, longest = None, -1
+    for line in lines:
+        fields = line.split(" ")
+        if "-" not in fields[6:]:
+            continue
+        mounted = _ESCAPED.sub(lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = mounted == "/" or path == mounted or path.startswith(mounted + "/")
+        # A later line for the same mount point is mounted over the earlier one.
+        if inside and len(mounted) >= longest:
+            found, longest = fields[fields.index("-", 6) + 1], len(mounted)
+    return found
+
+
+def _modes_may_not_tell(fstype: str | None) -> bool:
+    return fstype is not None and (fstype.startswith(_FUSE_OR_NETWORK) or fstype in _NETWORK)
+
+
 def _who(uid: int) -> str:
     try:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
@@ -193,14 +235,25 @@ class _PrivateFolder:
     """Finds (and makes, 0700, where missing) the local folder of a log, refusing it with
     :class:`WalNotPrivate` wherever someone else than the user could change what the log
     reads. Every check uses ``lstat`` and the real path that results, so nothing another
-    user can redirect (a symbolic link, a folder they can rename) is trusted later."""
+    user can redirect (a symbolic link, a folder they can rename) is trusted later.
 
-    def __init__(self, location: str) -> None:
+    With ``checked`` false (``walOwnerCheck=false``) it only finds and makes the folder:
+    the filesystem's own access control is then what keeps the log to its user."""
+
+    def __init__(self, location: str, checked: bool = True) -> None:
         self.location = location
+        self.checked = checked
         self.uid = os.geteuid()
 
     def refuse(self, path: str, reason: str) -> WalNotPrivate:
         also = "" if self.uid == 0 else " and root"
+        fstype = mount_type(path)
+        if _modes_may_not_tell(fstype):
+            # Named only there: on a disk whose modes do say who can write, turning the
+            # check off would open the log to those others, not mend anything.
+            reason += (f". {path!r} is on a mount of type {fstype}, whose owners and modes "
+                       f"need not say who can write: if its own access control keeps the log "
+                       f"to you (as a Databricks volume's grants can), set walOwnerCheck=false")
         return WalNotPrivate(
             self.location, path,
             f"the write-ahead log must be where only you, {_who(self.uid)}{also}, can change "
@@ -223,7 +276,7 @@ class _PrivateFolder:
             held = self.made(path)
             if stat.S_ISLNK(held.st_mode):
                 # Its target is read now and never again: later paths are real ones.
-                if held.st_uid not in (0, self.uid):
+                if self.checked and held.st_uid not in (0, self.uid):
                     raise self.refuse(path, f"is a symbolic link owned by {_who(held.st_uid)}, "
                                       f"who can point it elsewhere. {_NEW_LOG_SENTENCE}")
                 links += 1
@@ -245,6 +298,8 @@ class _PrivateFolder:
     def above(self, path: str, held: os.stat_result) -> None:
         """A folder on the way to the log: who can change it can put another folder in
         the log's place (rename it, or what leads to it)."""
+        if not self.checked:
+            return
         if held.st_uid not in (0, self.uid):
             raise self.refuse(path, f"is owned by {_who(held.st_uid)}, who can rename what is "
                               f"in it and put a folder of theirs in its place. "
@@ -260,6 +315,8 @@ class _PrivateFolder:
         by the user alone (a symbolic link's own mode means nothing, and the log never
         follows one). Deeper folders hold nothing the log uses, and a folder given by
         mistake (a home directory) is not walked whole."""
+        if not self.checked:
+            return
         self.check(root, os.lstat(root), root)
         for folder in (root, os.path.join(root, _TORN)):
             try:
@@ -271,6 +328,8 @@ class _PrivateFolder:
                     self.check(entry.path, entry.stat(follow_symlinks=False), root)
 
     def check(self, path: str, held: os.stat_result, root: str) -> None:
+        if not self.checked:
+            return
         if held.st_uid != self.uid:
             raise self.refuse(path, f"is owned by {_who(held.st_uid)}: another user could "
                               f"have put rows there, so nothing in "
@@ -311,6 +370,24 @@ class _PrivateFolder:
         return held
 
 
+# The local logs this process was told not to check, each said once (at INFO): the same
+# log is opened at load() and by every run, and its folders are made again when removed.
+_UNCHECKED: set[str] = set()
+_UNCHECKED_LOCK = threading.Lock()
+
+
+def _say_unchecked(path: str) -> None:
+    with _UNCHECKED_LOCK:
+        if path in _UNCHECKED:
+            return
+        _UNCHECKED.add(path)
+    fstype = mount_type(path)
+    log.info("reactive source: walOwnerCheck=false: the write-ahead log at %r%s is used "
+             "without checking who owns it, what is in it and the folders above it, or who "
+             "can write there; only that filesystem's own access control keeps its rows to "
+             "this query's user", path, f" (filesystem type {fstype})" if fstype else "")
+
+
 class WriteAheadLog:
     """A directory of batches, on the local disk or any filesystem pyarrow understands.
 
@@ -319,6 +396,13 @@ class WriteAheadLog:
     location : str
         A local path, a ``file:`` URI (``file:/tmp/x``, ``file:///tmp/x``), or any URI
         ``pyarrow.fs.FileSystem.from_uri`` accepts (``hdfs://``, ``s3://``, ``gs://``, ...).
+    owner_check : bool
+        Whether a local folder must be one its user alone can change (the option
+        ``walOwnerCheck``). False for a filesystem whose owners and modes do not say who
+        can write (a Databricks volume, a FUSE mount with access control of its own): the
+        folder is then made and used as it is, and that access control alone keeps the
+        log to its user. Files and folders are still made 0600 and 0700, never through a
+        link. Nothing is checked on other filesystems either way.
 
     On the local disk the log's folder is made (0700, with any missing folder above it)
     and checked at once, before anything in it is read: see :class:`WalNotPrivate`.
@@ -334,7 +418,7 @@ class WriteAheadLog:
         For a local folder that cannot be made.
     """
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, *, owner_check: bool = True) -> None:
         # For messages only, without a URI's credentials (s3://key:secret@...).
         self.location = redact_url(location)
         self._lock_fd: int | None = None
@@ -349,9 +433,11 @@ class WriteAheadLog:
             self._local: str | None = None
         else:
             # Its real path from now on: nothing on the way to it can be redirected.
-            self._private = _PrivateFolder(self.location)
+            self._private = _PrivateFolder(self.location, owner_check)
             self._local = self._private.resolve(local)
             self._fs, self._root = pafs.LocalFileSystem(), self._local
+            if not owner_check:
+                _say_unchecked(self._local)
 
     def _path(self, name: str) -> str:
         return f"{self._root.rstrip('/')}/{name}"

@@ -9,6 +9,7 @@ saying why, where this machine cannot; the rest run as any user.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,8 +26,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 from test_source import reactive
 
+from pyspark_reactive.source import wal as wal_module
 from pyspark_reactive.source.options import OptionError, check_wal_location, parse_source_options
-from pyspark_reactive.source.reader import ReactiveStreamReader
+from pyspark_reactive.source.reader import DefaultSource, ReactiveStreamReader
 from pyspark_reactive.source.wal import WalEntry, WalNotPrivate, WriteAheadLog
 from reactive_streams import RangePublisher
 
@@ -284,3 +286,84 @@ def test_what_another_uid_owns_on_the_way_or_inside_is_refused(tmp_path: Path,
             "is owned by nobody (uid 65534), who can rename"
     with pytest.raises(WalNotPrivate, match=refused(target, path, says)):
         WriteAheadLog(str(target))
+
+
+# -- walOwnerCheck=false: a filesystem whose owners and modes do not say who can write -----
+
+def open_to_all(folder: Path) -> Path:
+    """``folder``, made writable by every user and not sticky: how a FUSE mount such as a
+    Databricks volume shows its folders, its own grants deciding who may write."""
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    return folder
+
+
+@pytest.mark.parametrize("value", ["no", "0", "", "off"])
+def test_walOwnerCheck_takes_true_or_false_only(value: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        parse_source_options({"publisher": "range", "walOwnerCheck": value})
+    assert (raised.value.option, raised.value.value) == ("walOwnerCheck", value)
+    assert str(raised.value) == (f"reactive source: option walOwnerCheck={value!r} is not "
+                                 "accepted: one of true, false (default true)")
+    assert parse_source_options({"publisher": "range", "WALOWNERCHECK": " False "}
+                                ).wal_owner_check is False
+    assert parse_source_options({"publisher": "range"}).wal_owner_check is True
+
+
+def test_with_walOwnerCheck_false_folders_others_can_write_are_used_as_they_are(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # With the check on, refused: the tests above.
+    target = open_to_all(tmp_path / "volume") / "wal"
+    with caplog.at_level(logging.INFO, logger="pyspark_reactive.source.wal"):
+        written = WriteAheadLog(str(target), owner_check=False).write(
+            WalEntry(0, 1), [pa.record_batch([pa.array([7])], schema=SCHEMA)], SCHEMA)
+        assert stat.S_IMODE(os.stat(target).st_mode) == 0o700  # still made 0700
+        os.chmod(target, 0o777)
+        # Where load() checks the option, and where the source's runner opens the log.
+        source = DefaultSource({"publisher": "range", "count": "3", "walLocation": str(target),
+                                "walOwnerCheck": "false"})
+        reader = source.streamReader(StructType([StructField("value", LongType())]))
+        try:
+            assert reader.latestOffset({"offset": 0}, None)["offset"] >= 1
+        finally:
+            reader.stop()
+    assert WriteAheadLog(str(target), owner_check=False).entries()[0] == written
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o777  # used as it is, not mended
+    said = [r for r in caplog.records if "walOwnerCheck=false" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO], said  # once, for three openings
+    assert f"the write-ahead log at {str(target)!r}" in said[0].getMessage()
+    assert "only that filesystem's own access control keeps its rows" in said[0].getMessage()
+
+
+def test_on_a_fuse_mount_the_refusal_names_walOwnerCheck(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mounting FUSE takes privileges and a daemon: the refusal reads instead a mount table
+    # in the kernel's format where the folder (a space in its name, written \040 there) is
+    # a FUSE mount on an ext4 root.
+    volume = open_to_all(tmp_path / "my volume")
+    table = tmp_path / "mountinfo"
+    escaped = str(volume).replace(" ", "\\040")
+    table.write_text("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+                     f"999 27 0:99 / {escaped} rw,nosuid,nodev shared:1 - fuse volumes "
+                     "rw,user_id=0,group_id=0\n")
+    monkeypatch.setattr(wal_module, "_MOUNTINFO", str(table))
+    with pytest.raises(OptionError) as raised:
+        check_wal_location(str(volume / "wal"))
+    message = str(raised.value)
+    assert NEW_LOG.search(message)  # the fix it gives everywhere, then the option
+    assert message.endswith(
+        f"(chmod +t). {str(volume)!r} is on a mount of type fuse, whose owners and modes need "
+        "not say who can write: if its own access control keeps the log to you (as a "
+        "Databricks volume's grants can), set walOwnerCheck=false"), message
+
+
+def test_on_a_local_disk_the_refusal_does_not_name_walOwnerCheck(tmp_path: Path) -> None:
+    # There the modes do say who can write: turning the check off would not mend that.
+    fstype = wal_module.mount_type(os.path.realpath(tmp_path))
+    if fstype is None or wal_module._modes_may_not_tell(fstype):
+        pytest.skip(f"{tmp_path} is on a filesystem of type {fstype}, not a local disk")
+    target = open_to_all(tmp_path / "wal")
+    with pytest.raises(WalNotPrivate, match=refused(target, target, "is writable by")) \
+            as raised:
+        WriteAheadLog(str(target))
+    assert "walOwnerCheck" not in str(raised.value)
