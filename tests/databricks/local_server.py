@@ -33,7 +33,8 @@ from typing import Any
 import psutil
 from connector_tests import FOLDERS  # tests/peers: on the path through tests/conftest.py
 from polling import wait_until
-from ports import free_port
+
+from pyspark_reactive.session import _SECRET_SETTING, _reserve_loopback_port
 
 TESTS = Path(__file__).resolve().parents[1]
 # Helpers of the test folders that the Databricks Connect tests import, and the server's
@@ -97,10 +98,16 @@ def databricks_client_environment(config_dir: Path) -> None:
     os.environ["DATABRICKS_CONFIG_FILE"] = str(config_dir / "no-databrickscfg")
 
 
-def accepts(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(1.0)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself listens on ``port``: not merely whether something
+    accepts there, which another user could have taken meanwhile."""
+    try:
+        process = psutil.Process(pid)
+        # net_connections() from psutil 6, connections() before.
+        connections = getattr(process, "net_connections", process.connections)("tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections)
 
 
 class LocalConnectServer:
@@ -129,12 +136,14 @@ class LocalConnectServer:
         self.token = secrets.token_urlsafe(32)
         self.process: subprocess.Popen[bytes] | None = None
         self.spark_home = Path()
+        # The port on ::1 while the server listens on 127.0.0.1 (see start()).
+        self.hold: socket.socket | None = None
 
     @property
     def remote(self) -> str:
         # "localhost", not 127.0.0.1: pyspark sends a token over a plain channel only to that
         # host name (see pyspark_reactive.session.local_connect_session); the server listens
-        # on loopback only.
+        # on loopback only, and this process holds its port on ::1.
         return f"sc://localhost:{self.port}/;token={self.token}"
 
     def _settings(self) -> dict[str, str]:
@@ -161,12 +170,19 @@ class LocalConnectServer:
 
     def start(self) -> LocalConnectServer:
         self.spark_home = self._spark_home()
-        self.port = free_port()
+        # Clients dial localhost, which gRPC tries on ::1 first: as local_connect_session()
+        # does, this process holds the port there while the server listens on 127.0.0.1,
+        # so nobody else can listen there to catch the token.
+        self.port, self.hold = _reserve_loopback_port("127.0.0.1")
         settings = {**self._settings(), **OSS_ONLY_SETTINGS, **self.conf,
                     "spark.connect.grpc.binding.address": "127.0.0.1",
-                    "spark.connect.grpc.binding.port": str(self.port)}
-        if "spark.connect.authenticate.token" in settings:
-            raise ValueError("the token goes through the environment, never the command line")
+                    "spark.connect.grpc.binding.port": str(self.port),
+                    # A port found taken fails the start, never a move off the port held.
+                    "spark.connect.grpc.port.maxRetries": "0"}
+        secret = sorted(key for key in settings if _SECRET_SETTING.search(key))
+        if secret:
+            raise ValueError(f"{', '.join(secret)}: secrets go through the environment, never "
+                             "the command line")
         command = [str(self.spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]
@@ -194,8 +210,8 @@ class LocalConnectServer:
                                             cwd=self.log_dir, start_new_session=True)
         process = self.process
         try:
-            wait_until(lambda: process.poll() is not None or accepts(self.port),
-                       START_TIMEOUT_S, f"the Connect server accepting on port {self.port}")
+            wait_until(lambda: process.poll() is not None or listens(process.pid, self.port),
+                       START_TIMEOUT_S, f"the Connect server listening on port {self.port}")
             if process.poll() is not None:
                 raise RuntimeError(f"the Connect server exited with {process.returncode}:\n"
                                    f"{self.log_tail()}")
@@ -215,7 +231,16 @@ class LocalConnectServer:
 
     def stop(self) -> None:
         """End the server by its process id: SIGTERM (Spark's shutdown hooks stop its Python
-        workers), then SIGKILL for it and whatever it started that outlived it."""
+        workers), then SIGKILL for it and whatever it started that outlived it; then the
+        port's hold on ::1."""
+        try:
+            self._stop()
+        finally:
+            if self.hold is not None:
+                self.hold.close()
+                self.hold = None
+
+    def _stop(self) -> None:
         process = self.process
         if process is None or process.poll() is not None:
             return
