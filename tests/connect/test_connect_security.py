@@ -123,7 +123,8 @@ def test_another_session_that_alters_a_staged_batch_fails_it(spark: SparkSession
     # finds the staging table and appends forged rows to a partition not yet fetched.
     other = new_session(spark)
     [(table, _)] = staged_tables(other).items()
-    other.sql(f"INSERT INTO {table} SELECT CAST(-1 AS BIGINT) AS c0, 3 AS {connect_sink._PART}")
+    other.sql(f"INSERT INTO {table} SELECT CAST(-1 AS BIGINT) AS c0, CAST(10 AS BIGINT) AS "
+              f"{connect_sink.SEQ}, 3 AS {connect_sink._PART}")
     release(subscriber, 39)
     assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
     assert [v for (v,) in subscriber.elements if v < 0] == []
@@ -262,6 +263,7 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.spark_lines  # each line's Connect client dials localhost with its own gRPC
 def test_another_local_user_cannot_listen_where_clients_dial_and_new_sessions_work(
         spark: SparkSession, tmp_path: Path) -> None:
     # Clients dial localhost:PORT, which gRPC tries on ::1 first: whoever listened there
