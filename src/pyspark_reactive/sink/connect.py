@@ -12,23 +12,30 @@ through ``saveAsTable``, ``ALTER TABLE ... SET TBLPROPERTIES``, ``SHOW TABLES``,
    id>``, partitioned by the Spark partition each row was in (so the client can read one
    at a time), in the catalog's default format (Delta on Databricks, parquet in OSS
    Spark). ``<staging>`` is a catalog and schema the user names (``publish(staging=...)``;
-   by default the session's current ones), ``<query>`` is a digest of the query's
-   checkpoint location (the same on every start of the same query) and ``<run>`` is random
-   for each ``publish()``. A table of that batch id left by an earlier attempt is dropped
-   first, so a retried batch is staged once, whatever the format. The stager then reads
-   the table back and counts the rows of each partition and a digest of their values, and
-   puts a *staged* mark (the counts and digests, the columns' digest) in the table's
-   properties, signed with a key (HMAC-SHA256) that only the stager and the client hold:
-   it travels inside the pickled function and lives in the client's memory, never in a
-   table, property or plan.
+   by default the session's current ones), ``<query>`` is a digest of the checkpoint
+   location (the same on every start of the same query) and ``<run>`` is random for each
+   ``publish()``. A table of that batch id left by an earlier attempt is dropped first, so
+   a retried batch is staged once, whatever the format. On their way into the table the
+   rows pass through :class:`~pyspark_reactive.sink.digest.DigestAsWritten` (``mapInArrow``
+   in the same write), which numbers each partition's rows (a column of the table) and
+   digests them in that order (:class:`~pyspark_reactive.sink.digest.PartitionDigest`:
+   SHA-256 over a canonical form of every value, NULLs and nested fields included); the
+   write's observed metrics bring back each partition's row count and digest. Nothing is
+   read back, so no other session's write can come between what is written and what is
+   marked; an observation missing or not adding up fails the batch. The stager then puts a
+   *staged* mark in the table's properties (the counts and digests, the columns' digest),
+   signed with a key (HMAC-SHA256) that only the stager and the client hold: it travels
+   inside the pickled function and lives in the client's memory, never in a table,
+   property or plan.
 2. In the client, :class:`ConnectPump` (a thread of the publisher's) finds the signed
    table, checks the signature, and reads the rows as Arrow one partition at a time, each
    read to its end at once (a result left half-read would be abandoned by the server after
-   some minutes) and checked against the mark before its rows are offered, so the client
-   holds about one partition. A partition whose count or digest differs from the mark's,
-   or a table that is gone, fails the batch with an error that says so; nothing of it is
+   some minutes), puts them back in the numbered order, and digests them in this process:
+   a partition whose count or digest differs from the mark's, or a table that is gone,
+   fails the batch with an error that says so, before any row of that partition is
    offered. The rows go to the :class:`~pyspark_reactive.ForeachBatchPublisher`'s
-   subscribers against demand.
+   subscribers against demand; once they have taken a partition's first chunk, the next
+   partition is fetched meanwhile, so the client holds at most two partitions.
 3. The client then puts a signed *outcome* in the table's properties: delivered (with a
    digest of the counts and digests it received), or not delivered and why. The stager
    returns only for a delivered outcome that carries the key and matches what it staged,
@@ -63,15 +70,18 @@ import secrets
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from .digest import DIGEST, SEQ, DigestAsWritten, PartitionDigest
 from .publisher import _STOP_MARK, ForeachBatchPublisher, _stopped
 from .write_stream import configure_writer
 
-__all__ = ["HEARTBEAT_S", "ConnectPump", "ConnectStager", "connect_publish", "staging_namespace"]
+__all__ = ["HEARTBEAT_S", "ConnectPump", "ConnectStager", "connect_publish",
+           "refuse_unstageable", "staging_namespace"]
 
 log = logging.getLogger("pyspark_reactive.sink")
 
@@ -92,7 +102,7 @@ _PUMP_RETRIES = 5
 _PUMP_JOIN_S = 30.0
 # A reason longer than this is cut: it travels as a table property and ends in an error.
 _REASON_CHARS = 1000
-_MARK_VERSION = "pyspark-reactive connect sink 2"
+_MARK_VERSION = "pyspark-reactive connect sink 3"
 _PY4J_ERROR = "py4j.protocol.Py4JJavaError: An error occurred while calling"
 # The table properties the two sides write (keys of letters and dots, values of hex
 # digits, digits, colons and minus signs: nothing to escape in SQL).
@@ -167,7 +177,7 @@ def _signed(key: bytes, kind: str, table: str, batch_id: int, value: str, mac: s
     return hmac.compare_digest(_sign(key, kind, table, batch_id, value), mac)
 
 
-def _parts_text(parts: list[list[int]]) -> str:
+def _parts_text(parts: list[list[Any]]) -> str:
     """The counts and digests of the partitions, as one text both sides compute alike."""
     return ";".join(":".join(str(figure) for figure in part) for part in parts)
 
@@ -219,31 +229,11 @@ def _tables(spark: Any, namespace: str, prefix: str) -> list[str]:
             if str(row.tableName).startswith(prefix) and not getattr(row, "isTemporary", False)]
 
 
-def _digest_columns(schema: Any) -> list[str]:
-    """The columns a row's digest covers: every column whose type Spark can hash (not a
-    map or variant, anywhere inside). The row counts cover the others."""
-    return [field.name for field in schema.fields
-            if not any(word in field.dataType.simpleString() for word in ("map<", "variant"))]
-
-
 def _schema_digest(schema: Any) -> str:
     """A digest of the columns' names and types (not their nullability, which a table's
     format may change)."""
     return _digest(";".join(f"{field.name}:{field.dataType.simpleString()}"
                             for field in schema.fields))
-
-
-def _checks(names: list[str]) -> list[Any]:
-    """The figures both sides compute over a partition, the stager when it stages and the
-    client in the query that fetches it: the row count and the sums of the low and high
-    32 bits of each row's xxhash64 over ``names`` (summed apart so they cannot overflow)."""
-    from pyspark.sql import functions as F
-
-    digest = (F.xxhash64(*[F.col("`" + name.replace("`", "``") + "`") for name in names])
-              if names else F.lit(0).cast("bigint"))
-    return [F.count(F.lit(1)).alias("n"),
-            F.sum(digest.bitwiseAND(F.lit(0xFFFFFFFF))).alias("low"),
-            F.sum(F.shiftright(digest, 32)).alias("high")]
 
 
 class ConnectStager:
@@ -283,8 +273,6 @@ class ConnectStager:
         return f"{self.namespace}.`{PREFIX}{self.query}_{self.token}_{batch_id}`"
 
     def __call__(self, batch: Any, batch_id: int) -> None:
-        from pyspark.sql.functions import spark_partition_id
-
         session = batch.sparkSession
         if not self._swept:
             self._sweep(session)
@@ -293,19 +281,7 @@ class ConnectStager:
         _drop(session, table)  # an earlier attempt's: a batch is staged once
         delivered = False
         try:
-            # Columns by position (c0, c1, ...): whatever the query's names (duplicates,
-            # characters a table format refuses), the client restores them.
-            staged = batch.toDF(*[f"c{index}" for index in range(len(batch.columns))])
-            try:
-                (staged.withColumn(_PART, spark_partition_id()).write.partitionBy(_PART)
-                 .saveAsTable(table))
-            except Exception as error:
-                raise RuntimeError(
-                    f"ForeachBatchPublisher: batch {batch_id} could not be staged in "
-                    f"{table}: {type(error).__name__}: {error}. publish(staging=...) names "
-                    f"a schema where the query's user may create, alter and drop tables "
-                    f"(now {self.namespace})") from error
-            summary = self._summary(session, table)
+            summary = self._stage(batch, batch_id, table)
             value = f"{len(summary['parts'])}:{summary['schema']}"
             _set_properties(session, table, {
                 **{f"{PART}{part[0]}": _parts_text([part[1:]]) for part in summary["parts"]},
@@ -344,14 +320,66 @@ class ConnectStager:
                     log.warning("ForeachBatchPublisher: could not drop %s", name,
                                 exc_info=True)
 
-    def _summary(self, session: Any, table: str) -> dict[str, Any]:
-        """The counts and digests of what the table holds, read back from it."""
-        frame = session.read.table(table)
-        data = frame.drop(_PART)
-        counts = frame.groupBy(_PART).agg(*_checks(_digest_columns(data.schema))).collect()
-        parts = sorted([int(p), int(n), int(low or 0), int(high or 0)]
-                       for p, n, low, high in counts)
-        return {"schema": _schema_digest(data.schema), "parts": parts}
+    def _stage(self, batch: Any, batch_id: int, table: str) -> dict[str, Any]:
+        """Write ``batch`` to ``table``; return the columns' digest and, per partition, its
+        id, rows and digest, taken from the rows as they are written."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import LongType, StringType
+
+        # Columns by position (c0, c1, ...): whatever the query's names (duplicates,
+        # characters a table format refuses), the client restores them.
+        names = [f"c{index}" for index in range(len(batch.columns))]
+        staged = batch.toDF(*names)
+        schema = _schema_digest(staged.schema)
+        # The rows pass through DigestAsWritten on their way into the table: what is
+        # digested is what is written, in the same pass, so no other session's write can
+        # come between the two. The digests come back as an observed metric of the write.
+        framed = staged.withColumn(_PART, F.spark_partition_id())
+        passed = framed.mapInArrow(
+            DigestAsWritten(len(names)),
+            framed.schema.add(SEQ, LongType(), False).add(DIGEST, StringType()))
+        seen = Observation(f"reactive_stage_{secrets.token_hex(8)}")
+        # Joined as one string: Spark 4.0's Connect cannot return an array metric.
+        observed = passed.observe(seen, F.count(F.lit(1)).alias("rows"),
+                                  F.concat_ws(";", F.collect_list(DIGEST)).alias("digests"))
+        try:
+            (observed.select(*names, SEQ, _PART).write.partitionBy(_PART)
+             .saveAsTable(table))
+        except Exception as error:
+            raise RuntimeError(
+                f"ForeachBatchPublisher: batch {batch_id} could not be staged in "
+                f"{table}: {type(error).__name__}: {error}. publish(staging=...) names "
+                f"a schema where the query's user may create, alter and drop tables "
+                f"(now {self.namespace})") from error
+        return {"schema": schema, "parts": self._summary(batch_id, seen)}
+
+    def _summary(self, batch_id: int, seen: Any) -> list[list[Any]]:
+        """Each partition's id, rows and digest, from the write's observation: an
+        observation that is missing, empty or that does not add up fails the batch."""
+        unseen = (f"ForeachBatchPublisher: batch {batch_id} was not staged: the server "
+                  "returned no usable observed metrics for its write, so its rows could not "
+                  "be digested as written")
+        try:
+            metrics = dict(seen.get or {})
+        except Exception as error:
+            raise RuntimeError(f"{unseen} ({type(error).__name__}: {error})") from error
+        rows, digests = metrics.get("rows"), metrics.get("digests")
+        if not isinstance(rows, int) or not isinstance(digests, str):
+            raise RuntimeError(f"{unseen} (got {sorted(metrics)})")
+        parts: list[list[Any]] = []
+        for item in filter(None, digests.split(";")):
+            figures = item.split(":")
+            if not (len(figures) == 3 and figures[0].isdigit() and figures[1].isdigit()
+                    and re.fullmatch(r"[0-9a-f]{64}", figures[2])):
+                raise RuntimeError(f"{unseen} (a partition's digest reads {item[:100]!r})")
+            parts.append([int(figures[0]), int(figures[1]), figures[2]])
+        parts.sort()
+        if (sum(part[1] for part in parts) != rows
+                or len({part[0] for part in parts}) != len(parts)):
+            raise RuntimeError(f"{unseen} ({rows} rows observed, {len(parts)} partition "
+                               "digests that do not add up to them)")
+        return parts
 
     def _wait_for_outcome(self, session: Any, table: str, batch_id: int,
                           summary: dict[str, Any]) -> None:
@@ -426,6 +454,38 @@ class ConnectStager:
             f"publishes this query gave this reason:\n{textwrap.indent(reason, '  | ')}")
 
 
+class _Ahead:
+    """``fetch(*args)`` on a thread of its own, its result (or error) taken with
+    :meth:`result`; the one that starts it waits for it before it lets go."""
+
+    def __init__(self, fetch: Callable[..., pa.Table], *args: Any) -> None:
+        self._fetch, self._args = fetch, args
+        self._value: pa.Table | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="reactive-sink-connect-fetch")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fetch(*self._args)
+        except BaseException as error:  # handed to whoever takes the result
+            self._error = error
+
+    def result(self, wait_only: bool = False) -> pa.Table:
+        """The fetched partition, once fetched; raises the fetch's error. With
+        ``wait_only``, waits for the fetch to end and returns nothing of it."""
+        self._thread.join()
+        value, error = self._value, self._error
+        self._value = self._error = None
+        if wait_only:
+            return pa.table({})
+        if error is not None:
+            raise error
+        assert value is not None
+        return value
+
+
 class _Settled:
     """What the client made of one batch: its signed outcome, whether it is put, and the
     staged mark it answers (an abandoned batch whose table is staged anew, by the query's
@@ -459,18 +519,22 @@ class ConnectPump:
         As given to the :class:`ConnectStager`.
     columns : list of str
         The query's column names, which the stager replaces by position (``c0``, ...).
+    chunk_rows : int
+        The rows of a chunk the subscribers are offered: the next partition is fetched
+        once they have taken a partition's first chunk.
     """
 
     def __init__(self, spark: Any, stager: ConnectStager,
                  deliver: Callable[[int, Iterator[pa.RecordBatch]], None],
                  failed: Callable[[BaseException], None], *, key: bytes,
-                 columns: list[str]) -> None:
+                 columns: list[str], chunk_rows: int = 1024) -> None:
         self.spark = spark
         self.stager = stager
         self.deliver = deliver
         self.failed = failed
         self._key = key
         self.columns = list(columns)
+        self.chunk_rows = chunk_rows
         self.query: Any = None
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -629,11 +693,15 @@ class ConnectPump:
 
     def _deliver(self, batch_id: int, marks: dict[str, str]) -> None:
         table = self.stager.table(batch_id)
-        received: list[list[int]] = []
+        received: list[list[Any]] = []
         try:
             staged = self._check_staged(table, batch_id, marks)
             self._current = table
-            self.deliver(batch_id, self._fetch(table, batch_id, staged, received))
+            fetched = self._fetch(table, batch_id, staged, received)
+            try:
+                self.deliver(batch_id, fetched)
+            finally:
+                fetched.close()  # waits for a partition still being fetched ahead
             outcome = f"delivered:{_digest(_parts_text(received))}"
             self._delivered_upto = max(self._delivered_upto, batch_id)
         except Exception as error:
@@ -668,10 +736,10 @@ class ConnectPump:
                       marks: dict[str, str]) -> dict[str, Any]:
         value = marks[STAGED]
         count, _, schema = value.partition(":")
-        parts = sorted([int(key[len(PART):]), *(int(f) for f in figures.split(":"))]
+        parts = sorted([int(key[len(PART):]), int(figures.split(":")[0]), figures.split(":")[1]]
                        for key, figures in marks.items()
                        if key.startswith(PART) and key[len(PART):].isdigit()
-                       and re.fullmatch(r"-?\d+:-?\d+:-?\d+", figures))
+                       and re.fullmatch(r"\d+:[0-9a-f]{64}", figures))
         if not (count.isdigit() and int(count) == len(parts) and _signed(
                 self._key, "staged", table, batch_id, f"{value}\n{_parts_text(parts)}",
                 marks.get(STAGED_MAC, ""))):
@@ -682,43 +750,69 @@ class ConnectPump:
         return {"schema": schema, "parts": parts}
 
     def _fetch(self, table: str, batch_id: int, staged: dict[str, Any],
-               received: list[list[int]]) -> Iterator[pa.RecordBatch]:
-        altered = (f"ForeachBatchPublisher: batch {batch_id} was not delivered: the staged "
-                   f"batch was altered after it was staged (by another session of the "
-                   f"server?): ")
+               received: list[list[Any]]) -> Generator[pa.RecordBatch, None, None]:
+        """The batch's rows, a partition at a time, each checked whole against the mark
+        before any of its rows is offered; the next partition is fetched while the
+        subscribers take this one, once they have taken its first chunk."""
         if not _exists(self.spark, table):
             raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
                                f"its staging table {table} is missing (it was dropped)")
         frame = self.spark.read.table(table)
-        data = frame.drop(_PART)
+        data = frame.drop(_PART, SEQ)
         if (_schema_digest(data.schema) != staged["schema"]
                 or len(data.columns) != len(self.columns)):
-            raise RuntimeError(altered + "its columns differ")
-        from pyspark.sql import Observation
+            raise RuntimeError(self._altered(batch_id) + "its columns differ")
+        parts = staged["parts"]
+        ahead: _Ahead | None = None
+        try:
+            for index, (part, count, digest) in enumerate(parts):
+                if ahead is None:
+                    ahead = _Ahead(self._partition, frame, batch_id, part, count, digest)
+                arrow = ahead.result()
+                ahead = None
+                received.append([part, count, digest])
+                following = parts[index + 1] if index + 1 < len(parts) else None
+                for position, piece in enumerate(arrow.to_batches(self.chunk_rows)):
+                    if position == 1 and following is not None:
+                        # The subscribers took this partition's first chunk (a generator
+                        # resumes only when they have): fetch the next meanwhile. Never
+                        # sooner: a subscriber that takes a row now and then has the next
+                        # partition read only once it wants it, as it is by then.
+                        ahead = _Ahead(self._partition, frame, batch_id, *following)
+                    yield piece
+                del arrow
+        finally:
+            if ahead is not None:
+                ahead.result(wait_only=True)
 
-        checks = _checks(_digest_columns(data.schema))
-        for part, count, low, high in staged["parts"]:
-            # Read whole, and checked, before its rows are offered: the client holds one
-            # partition, and no result stays half-read on the server meanwhile. The count
-            # and digest are observed by the very query that returns the rows (metrics
-            # come with its result), so what is checked is what arrived, and no digest
-            # column travels with the rows.
-            seen = Observation(f"reactive_sink_check_{secrets.token_hex(8)}")
-            arrow = (frame.where(frame[_PART] == part).drop(_PART)
-                     .observe(seen, *checks).toDF(*self.columns).toArrow())
-            metrics = seen.get
-            if "n" not in metrics:
-                raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
-                                   f"the server returned no observed metrics for partition "
-                                   f"{part}, so its rows could not be checked against what "
-                                   "was staged")
-            got = [part, int(metrics.get("n") or 0), int(metrics.get("low") or 0),
-                   int(metrics.get("high") or 0)]
-            if got != [part, count, low, high] or arrow.num_rows != count:
-                raise RuntimeError(altered + f"partition {part} holds other rows "
-                                   f"({arrow.num_rows} against {count} staged, or other values)")
-            received.append(got)
-            yield from arrow.to_batches()
+    def _partition(self, frame: Any, batch_id: int, part: int, count: int,
+                   digest: str) -> pa.Table:
+        """Partition ``part`` of the staged table, in the order the stager digested it,
+        checked against its ``count`` and ``digest``, with the query's column names."""
+        # Read whole (no result stays half-read on the server while subscribers take it),
+        # then checked here, in this process, over the very rows that will be offered.
+        arrow = frame.where(frame[_PART] == part).drop(_PART).toArrow()
+        altered = self._altered(batch_id) + f"partition {part} holds other rows"
+        if arrow.num_rows != count or arrow.column_names[-1:] != [SEQ]:
+            raise RuntimeError(f"{altered} ({arrow.num_rows} against {count} staged)")
+        order = pa.array(range(count), pa.int64())
+        places = arrow.column(SEQ)
+        if not places.equals(pa.chunked_array([order])):
+            # A table format keeps no order of rows: put them back in the staged one.
+            arrow = arrow.take(pc.sort_indices(places))
+            if not arrow.column(SEQ).equals(pa.chunked_array([order])):
+                raise RuntimeError(f"{altered} (its rows' places are not 0 to {count - 1})")
+        arrow = arrow.drop_columns([SEQ])
+        check = PartitionDigest(arrow.schema)
+        check.update(arrow)
+        if not hmac.compare_digest(check.hexdigest(), digest):
+            raise RuntimeError(f"{altered} (their digest differs from the staged one)")
+        return arrow.rename_columns(self.columns)
+
+    @staticmethod
+    def _altered(batch_id: int) -> str:
+        return (f"ForeachBatchPublisher: batch {batch_id} was not delivered: the staged batch "
+                "was altered after it was staged (by another session of the server?): ")
 
     def _beat(self) -> None:
         while not self._stopped.wait(HEARTBEAT_S):
@@ -735,6 +829,44 @@ class ConnectPump:
                 log.debug("heartbeat failed", exc_info=True)
 
 
+def refuse_unstageable(schema: Any) -> None:
+    """Refuse, naming the column, a type that a staged batch cannot carry checked.
+
+    Raises
+    ------
+    TypeError
+        For a column that is or holds a variant (Spark does not read a variant back with
+        the bytes it wrote, so the client could not check it against the stager's digest)
+        or a year-month interval (PySpark's Arrow path, the way the rows pass through the
+        digest and reach the client, cannot carry one).
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def held(data_type: Any) -> str | None:
+        kind = type(data_type).__name__
+        if kind == "VariantType":
+            return "a variant, which Spark does not read back with the bytes it wrote"
+        if kind == "YearMonthIntervalType":
+            return "a year-month interval, which PySpark's Arrow path cannot carry"
+        inner: list[Any] = []
+        if isinstance(data_type, StructType):
+            inner = [field.dataType for field in data_type.fields]
+        elif isinstance(data_type, MapType):
+            inner = [data_type.keyType, data_type.valueType]
+        elif isinstance(data_type, ArrayType):
+            inner = [data_type.elementType]
+        return next(filter(None, map(held, inner)), None)
+
+    for field in schema.fields:
+        what = held(field.dataType)
+        if what is not None:
+            raise TypeError(
+                f"publish: column {field.name!r} is (or holds) {what}, so under Spark Connect "
+                "its staged copy could not be checked before its rows are offered; select "
+                "it as a string first (to_json(col) for a variant; CAST(col AS INT) months, "
+                "or a string, for a year-month interval)")
+
+
 def connect_publish(df: Any, publisher: ForeachBatchPublisher, writer_options: dict[str, Any],
                     trigger: dict[str, Any] | None, client_timeout: float,
                     staging: str | None = None) -> None:
@@ -745,6 +877,7 @@ def connect_publish(df: Any, publisher: ForeachBatchPublisher, writer_options: d
     keywords; ``staging`` names the catalog and schema of the staging tables.
     """
     spark = df.sparkSession
+    refuse_unstageable(df.schema)
     namespace = staging_namespace(spark, staging)
     token, key = new_token(), new_key()
     checkpoint = next((value for name, value in writer_options.items()
@@ -755,7 +888,8 @@ def connect_publish(df: Any, publisher: ForeachBatchPublisher, writer_options: d
     pump = ConnectPump(spark, stager, publisher.deliver_arrow,
                        lambda error: publisher.fail(RuntimeError(
                            f"ForeachBatchPublisher: fetching from the Spark Connect server "
-                           f"failed: {error}")), key=key, columns=df.columns)
+                           f"failed: {error}")), key=key, columns=df.columns,
+                       chunk_rows=publisher.chunk_rows)
     # Subscribers learn of the end once the pump has cleaned up and stopped using the
     # session (a session closed under a running pump's call can crash gRPC).
     publisher.transport_end = lambda: pump.join(_PUMP_JOIN_S)
