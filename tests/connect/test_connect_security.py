@@ -283,15 +283,27 @@ def test_another_local_user_cannot_listen_where_clients_dial_and_new_sessions_wo
     # EADDRNOTAVAIL for ::1 where the machine has no IPv6 loopback: nobody listens there.
     assert "listening" not in found.values(), f"uid 65534 listened on port {port}: {found}"
     assert found["::1"] in ("EADDRINUSE", "EADDRNOTAVAIL"), found
-    # The user's own new connections still reach the server.
+    # The user's own new connections still reach the server: a new session, and Spark's
+    # foreachBatch worker of a new query, which opens a session of its own.
     assert new_session(spark).range(5).count() == 5
-    df = reactive(spark, publisher="range", count=6, maxRecordsPerTrigger=6).load()
-    subscriber = Checked(100)
-    publish(df, element="tuple", trigger={"availableNow": True},
-            checkpointLocation=tmp_path / "checkpoint").subscribe(subscriber)
-    assert subscriber.done.wait(120), f"{len(subscriber.elements)} rows, no terminal signal"
-    assert subscriber.completed, subscriber.error
-    assert sorted(v for (v,) in subscriber.elements) == list(range(6))
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "part.json").write_text("".join(f'{{"v": {v}}}\n' for v in range(6)))
+    table = f"squat_check_{uuid.uuid4().hex[:12]}"
+
+    def keep(batch: Any, batch_id: int) -> None:
+        batch.write.mode("append").saveAsTable(table)
+
+    query = (spark.readStream.schema("v BIGINT").json(str(rows)).writeStream
+             .foreachBatch(keep).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        assert query.awaitTermination(120), "the foreachBatch query did not end"
+        assert query.exception() is None, query.exception()
+        assert sorted(r.v for r in spark.table(table).collect()) == list(range(6))
+    finally:
+        query.stop()
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
 
 
 def test_another_local_user_gets_no_answer_from_sparks_own_rpc(spark: SparkSession) -> None:
