@@ -128,8 +128,10 @@ def assert_failed_unaltered(publisher: Any, subscriber: Holding, tmp_path: Path,
     assert publisher.rows_delivered == 0
 
 
-@pytest.mark.parametrize("edit", [move_a_debit_to_credit, change_a_struct_field,
-                                  swap_two_rows])
+@pytest.mark.parametrize("edit", [
+    # Once on every Spark line: the observed digests travel as Spark 4.0 can return them.
+    pytest.param(move_a_debit_to_credit, marks=pytest.mark.spark_lines),
+    change_a_struct_field, swap_two_rows])
 def test_a_partition_altered_while_staged_fails_the_batch(
         spark: SparkSession, other: Any, tmp_path: Path, edit: Callable[..., None]) -> None:
     publisher, subscriber = publish_held(spark, tmp_path)

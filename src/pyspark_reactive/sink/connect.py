@@ -197,12 +197,14 @@ def _drop(spark: Any, table: str) -> None:
     spark.sql(f"DROP TABLE IF EXISTS {table}")
 
 
-def _properties(spark: Any, table: str) -> dict[str, str] | None:
+def _properties(spark: Any, table: str, *, expected: bool = False) -> dict[str, str] | None:
     """The table's properties, or ``None`` when there is no such table. A failed read of
-    a table that exists raises: read as "absent", it could mislead either side."""
-    # Looked up first: a SHOW of a missing table (the next batch's, not staged yet; one
-    # just dropped) fails on the server, which logs it as an ERROR for every poll.
-    if not _exists(spark, table):
+    a table that exists raises: read as "absent", it could mislead either side.
+    ``expected``: the table should exist (the stager's own, while it waits), so it is
+    read at once, a round trip fewer, and looked up only when the read fails."""
+    # Otherwise looked up first: a SHOW of a missing table (the next batch's, not staged
+    # yet; one just dropped) fails on the server, which logs it as an ERROR for every poll.
+    if not expected and not _exists(spark, table):
         return None
     try:
         rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
@@ -325,20 +327,22 @@ class ConnectStager:
         id, rows and digest, taken from the rows as they are written."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
-        from pyspark.sql.types import LongType, StringType
+        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
         # Columns by position (c0, c1, ...): whatever the query's names (duplicates,
-        # characters a table format refuses), the client restores them.
-        names = [f"c{index}" for index in range(len(batch.columns))]
-        staged = batch.toDF(*names)
-        schema = _schema_digest(staged.schema)
+        # characters a table format refuses), the client restores them. The schemas are
+        # made here from the batch's, each asked of the server being a round trip.
+        fields = batch.schema.fields
+        names = [f"c{index}" for index in range(len(fields))]
+        staged = StructType([StructField(name, field.dataType, field.nullable, field.metadata)
+                             for name, field in zip(names, fields, strict=True)])
         # The rows pass through DigestAsWritten on their way into the table: what is
         # digested is what is written, in the same pass, so no other session's write can
         # come between the two. The digests come back as an observed metric of the write.
-        framed = staged.withColumn(_PART, F.spark_partition_id())
-        passed = framed.mapInArrow(
-            DigestAsWritten(len(names)),
-            framed.schema.add(SEQ, LongType(), False).add(DIGEST, StringType()))
+        framed = batch.toDF(*names).withColumn(_PART, F.spark_partition_id())
+        passed = framed.mapInArrow(DigestAsWritten(len(names)), StructType([
+            *staged.fields, StructField(_PART, IntegerType(), False),
+            StructField(SEQ, LongType(), False), StructField(DIGEST, StringType())]))
         seen = Observation(f"reactive_stage_{secrets.token_hex(8)}")
         # Joined as one string: Spark 4.0's Connect cannot return an array metric.
         observed = passed.observe(seen, F.count(F.lit(1)).alias("rows"),
@@ -352,14 +356,17 @@ class ConnectStager:
                 f"{table}: {type(error).__name__}: {error}. publish(staging=...) names "
                 f"a schema where the query's user may create, alter and drop tables "
                 f"(now {self.namespace})") from error
-        return {"schema": schema, "parts": self._summary(batch_id, seen)}
+        return {"schema": _schema_digest(staged), "parts": self._summary(batch_id, seen)}
 
     def _summary(self, batch_id: int, seen: Any) -> list[list[Any]]:
         """Each partition's id, rows and digest, from the write's observation: an
         observation that is missing, empty or that does not add up fails the batch."""
         unseen = (f"ForeachBatchPublisher: batch {batch_id} was not staged: the server "
                   "returned no usable observed metrics for its write, so its rows could not "
-                  "be digested as written")
+                  "be digested as written (a table format that runs a write of its own, as "
+                  "Delta Lake and Iceberg do, may report none under Spark Connect: stage "
+                  "where the default format reports them, such as "
+                  "spark.sql.sources.default=parquet)")
         try:
             metrics = dict(seen.get or {})
         except Exception as error:
@@ -390,7 +397,7 @@ class ConnectStager:
         failed_since: float | None = None
         while True:
             try:
-                marks = _properties(session, table)
+                marks = _properties(session, table, expected=True)
                 failed_since = None
             except Exception:
                 # A look that failed (the server busy): tried again for as long as a
