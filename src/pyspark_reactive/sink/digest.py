@@ -23,6 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark_reactive.errors import PySparkReactiveError
+
 __all__ = ["DIGEST", "SEQ", "DigestAsWritten", "PartitionDigest", "UndigestibleType"]
 
 _VERSION = b"pyspark-reactive partition digest 1\n"
@@ -34,7 +36,7 @@ SEQ = "__reactive_seq"
 DIGEST = "__reactive_digest"
 
 
-class UndigestibleType(TypeError):
+class UndigestibleType(PySparkReactiveError, TypeError):
     """A column holds an Arrow type the digest has no canonical form for."""
 
 
