@@ -190,7 +190,8 @@ def test_a_write_whose_observation_came_back_empty_fails_the_batch(
     assert subscriber.done.wait(120), "no terminal signal"
     assert subscriber.error is not None and subscriber.elements == []
     assert ("batch 0 was not staged: the server returned no usable observed metrics for its "
-            "write" in str(subscriber.error)), subscriber.error
+            "write (got none), so its rows could not be digested as written"
+            in str(subscriber.error)), subscriber.error
     assert not (tmp_path / "checkpoint" / "commits" / "0").exists()
 
 

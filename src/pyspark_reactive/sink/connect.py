@@ -93,13 +93,23 @@ HEARTBEAT_S = 2.0
 # in, so the client can read one at a time.
 _PART = "__reactive_partition"
 # How often each side looks at the other's marks (a round trip to the server each time):
-# every POLL_S at first, backing off to MAX_POLL_S while nothing changes.
+# every POLL_S for FAST_S after a change, when the other side's next step is due (a batch
+# staged, delivered, committed: seconds), then backing off by half each time up to
+# MAX_POLL_S while nothing changes (an idle stream, a slow subscriber).
 POLL_S = 0.05
+FAST_S = 3.0
 MAX_POLL_S = 0.25
+# How long the client leaves a batch it settled before looking whether its outcome is still
+# there (the stager normally sees it and drops the table sooner), and how often at most it
+# asks whether the query still runs while nothing happens: each look is a round trip.
+_SETTLE_S = 1.0
+_ACTIVE_S = 0.5
 # Consecutive failed looks at the server after which the pump gives up.
 _PUMP_RETRIES = 5
-# How long the end of a query waits for the pump to finish its cleanup.
+# How long the end of a query waits for the pump to finish its cleanup, and a batch for
+# the last one's table to be dropped.
 _PUMP_JOIN_S = 30.0
+_DROP_JOIN_S = 30.0
 # A reason longer than this is cut: it travels as a table property and ends in an error.
 _REASON_CHARS = 1000
 _MARK_VERSION = "pyspark-reactive connect sink 3"
@@ -109,6 +119,25 @@ _PY4J_ERROR = "py4j.protocol.Py4JJavaError: An error occurred while calling"
 STAGED, STAGED_MAC, PART = "reactive.staged", "reactive.staged.mac", "reactive.part."
 OUTCOME, OUTCOME_MAC, ALIVE = "reactive.outcome", "reactive.outcome.mac", "reactive.alive"
 _NAME_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Pace:
+    """The waits between one side's looks at the other's marks (see ``POLL_S``)."""
+
+    def __init__(self) -> None:
+        self.changed()
+
+    def changed(self) -> None:
+        """Something happened: the other side's next step is due soon."""
+        self._since = time.monotonic()
+        self._wait = POLL_S
+
+    def next(self) -> float:
+        """The seconds to wait before the next look."""
+        if time.monotonic() - self._since < FAST_S:
+            return POLL_S
+        self._wait = min(self._wait * 1.5, MAX_POLL_S)
+        return self._wait
 
 
 def new_token() -> str:
@@ -265,6 +294,12 @@ class ConnectStager:
         self.client_timeout = client_timeout
         self.key = key
         self._swept = False
+        # Dropping the last delivered batch's table, while Spark commits it and plans the
+        # next one (made on the server, never pickled).
+        self._dropping: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_dropping": None}
 
     def __repr__(self) -> str:  # never the key
         return (f"ConnectStager(staging={self.namespace}, query={self.query!r}, "
@@ -276,11 +311,11 @@ class ConnectStager:
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         session = batch.sparkSession
+        self._dropped()
         if not self._swept:
             self._sweep(session)
             self._swept = True
         table = self.table(batch_id)
-        _drop(session, table)  # an earlier attempt's: a batch is staged once
         delivered = False
         try:
             summary = self._stage(batch, batch_id, table)
@@ -293,14 +328,31 @@ class ConnectStager:
             self._wait_for_outcome(session, table, batch_id, summary)
             delivered = True
         finally:
-            try:
-                _drop(session, table)
-            except Exception:
-                # Left for the next start of this query to drop: failing now would hide
-                # why the batch failed, or have a delivered batch delivered again.
-                log.warning("ForeachBatchPublisher: could not drop the staging table %s of "
-                            "batch %d (%s)", table, batch_id,
-                            "delivered" if delivered else "not delivered", exc_info=True)
+            if delivered:
+                # Delivered: Spark may commit it now; the table goes meanwhile (a process
+                # ended before that leaves it to the client, or to the next start).
+                self._dropping = threading.Thread(
+                    target=self._drop_table, args=(session, table, batch_id, "delivered"),
+                    daemon=True, name=f"reactive-stage-drop-{batch_id}")
+                self._dropping.start()
+            else:
+                self._drop_table(session, table, batch_id, "not delivered")
+
+    @staticmethod
+    def _drop_table(session: Any, table: str, batch_id: int, outcome: str) -> None:
+        try:
+            _drop(session, table)
+        except Exception:
+            # Left for the client or the next start of this query to drop: failing now
+            # would hide why the batch failed, or have a delivered batch delivered again.
+            log.warning("ForeachBatchPublisher: could not drop the staging table %s of "
+                        "batch %d (%s)", table, batch_id, outcome, exc_info=True)
+
+    def _dropped(self) -> None:
+        """Wait (bounded) for the last delivered batch's table to be dropped."""
+        if self._dropping is not None:
+            self._dropping.join(_DROP_JOIN_S)
+            self._dropping = None
 
     def _sweep(self, session: Any) -> None:
         """Drop what earlier runs of this query left: no run of it but this one runs.
@@ -345,11 +397,24 @@ class ConnectStager:
             StructField(SEQ, LongType(), False), StructField(DIGEST, StringType())]))
         seen = Observation(f"reactive_stage_{secrets.token_hex(8)}")
         # Joined as one string: Spark 4.0's Connect cannot return an array metric.
-        observed = passed.observe(seen, F.count(F.lit(1)).alias("rows"),
-                                  F.concat_ws(";", F.collect_list(DIGEST)).alias("digests"))
+        metrics = [F.count(F.lit(1)).alias("rows"),
+                   F.concat_ws(";", F.collect_list(DIGEST)).alias("digests")]
+        observed = passed.observe(seen, *metrics)
+        writer = observed.select(*names, SEQ, _PART).write.partitionBy(_PART)
         try:
-            (observed.select(*names, SEQ, _PART).write.partitionBy(_PART)
-             .saveAsTable(table))
+            try:
+                writer.saveAsTable(table)
+            except Exception:
+                # A table of this batch id left by an earlier attempt (a batch is staged
+                # once): dropped, and the batch written again. Looked for only when the
+                # write failed, a round trip fewer for every batch.
+                if not _exists(batch.sparkSession, table):
+                    raise
+                _drop(batch.sparkSession, table)
+                seen = Observation(f"reactive_stage_{secrets.token_hex(8)}")
+                observed = passed.observe(seen, *metrics)
+                (observed.select(*names, SEQ, _PART).write.partitionBy(_PART)
+                 .saveAsTable(table))
         except Exception as error:
             raise RuntimeError(
                 f"ForeachBatchPublisher: batch {batch_id} could not be staged in "
@@ -361,31 +426,32 @@ class ConnectStager:
     def _summary(self, batch_id: int, seen: Any) -> list[list[Any]]:
         """Each partition's id, rows and digest, from the write's observation: an
         observation that is missing, empty or that does not add up fails the batch."""
-        unseen = (f"ForeachBatchPublisher: batch {batch_id} was not staged: the server "
-                  "returned no usable observed metrics for its write, so its rows could not "
-                  "be digested as written (a table format that runs a write of its own, as "
-                  "Delta Lake and Iceberg do, may report none under Spark Connect: stage "
-                  "where the default format reports them, such as "
-                  "spark.sql.sources.default=parquet)")
+        def unseen(detail: str) -> RuntimeError:
+            return RuntimeError(
+                f"ForeachBatchPublisher: batch {batch_id} was not staged: the server returned "
+                f"no usable observed metrics for its write ({detail}), so its rows could not "
+                "be digested as written. A table format that runs a write of its own, as "
+                "Delta Lake and Iceberg do, may report none under Spark Connect: stage where "
+                "the default format reports them (spark.sql.sources.default=parquet)")
+
         try:
             metrics = dict(seen.get or {})
         except Exception as error:
-            raise RuntimeError(f"{unseen} ({type(error).__name__}: {error})") from error
+            raise unseen(f"{type(error).__name__}: {error}") from error
         rows, digests = metrics.get("rows"), metrics.get("digests")
         if not isinstance(rows, int) or not isinstance(digests, str):
-            raise RuntimeError(f"{unseen} (got {sorted(metrics)})")
+            raise unseen(f"got {sorted(metrics) or 'none'}")
         parts: list[list[Any]] = []
         for item in filter(None, digests.split(";")):
             figures = item.split(":")
             if not (len(figures) == 3 and figures[0].isdigit() and figures[1].isdigit()
                     and re.fullmatch(r"[0-9a-f]{64}", figures[2])):
-                raise RuntimeError(f"{unseen} (a partition's digest reads {item[:100]!r})")
+                raise unseen(f"a partition's digest reads {item[:100]!r}")
             parts.append([int(figures[0]), int(figures[1]), figures[2]])
         parts.sort()
         if (sum(part[1] for part in parts) != rows
                 or len({part[0] for part in parts}) != len(parts)):
-            raise RuntimeError(f"{unseen} ({rows} rows observed, {len(parts)} partition "
-                               "digests that do not add up to them)")
+            raise unseen(f"{rows} rows, and partition digests that do not add up to them")
         return parts
 
     def _wait_for_outcome(self, session: Any, table: str, batch_id: int,
@@ -393,7 +459,7 @@ class ConnectStager:
         pause = threading.Event()  # never set: a bounded wait between looks
         alive: str | None = None
         heard = time.monotonic()
-        wait = POLL_S
+        pace = Pace()
         failed_since: float | None = None
         while True:
             try:
@@ -426,8 +492,7 @@ class ConnectStager:
                     f"ForeachBatchPublisher: batch {batch_id} was not delivered: the "
                     f"client process that publishes this query has given no sign of "
                     f"life for {self.client_timeout:.0f} s (publish(client_timeout=...))")
-            pause.wait(wait)
-            wait = min(wait * 1.5, MAX_POLL_S)
+            pause.wait(pace.next())
 
     def _settle(self, table: str, batch_id: int, summary: dict[str, Any], value: str,
                 mac: str) -> None:
@@ -503,6 +568,7 @@ class _Settled:
         self.mac = mac
         self.staged_mac = staged_mac
         self.put = False
+        self.put_at = 0.0  # time.monotonic() of the last put
 
 
 class ConnectPump:
@@ -543,6 +609,7 @@ class ConnectPump:
         self.columns = list(columns)
         self.chunk_rows = chunk_rows
         self.query: Any = None
+        self._active, self._active_at = True, float("-inf")
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         # Batches delivered or abandoned, until the stager has dropped their table.
@@ -583,7 +650,7 @@ class ConnectPump:
     def _run(self) -> None:
         failure: BaseException | None = None
         misses = 0
-        wait = POLL_S
+        pace = Pace()
         try:
             while not self._stopped.is_set():
                 if self._session_closed():
@@ -592,9 +659,10 @@ class ConnectPump:
                     return
                 try:
                     if self._step():
-                        misses, wait = 0, POLL_S
+                        misses = 0
+                        pace.changed()
                         continue
-                    if not self.query.isActive:
+                    if not self._still_active():
                         break
                     misses = 0
                 except Exception as error:
@@ -604,8 +672,7 @@ class ConnectPump:
                         raise
                     log.warning("ForeachBatchPublisher: a look at the Spark Connect server "
                                 "failed (%d of %d): %s", misses, _PUMP_RETRIES, error)
-                self._stopped.wait(wait)
-                wait = min(wait * 1.5, MAX_POLL_S)
+                self._stopped.wait(pace.next())
         except Exception as error:
             failure = error
             log.exception("ForeachBatchPublisher: fetching batches from the Spark Connect "
@@ -615,6 +682,15 @@ class ConnectPump:
             self._clear()
         if failure is not None:
             self.failed(failure)
+
+    def _still_active(self) -> bool:
+        """Whether the query runs, asked of the server (a round trip) at most every
+        ``_ACTIVE_S`` while nothing else happens."""
+        now = time.monotonic()
+        if now - self._active_at >= _ACTIVE_S:
+            self._active = bool(self.query.isActive)
+            self._active_at = now
+        return self._active
 
     def _session_closed(self) -> bool:
         return bool(getattr(self.spark.client, "_closed", False))
@@ -668,7 +744,8 @@ class ConnectPump:
                                     "delivered already (a copy put there by another "
                                     "session?)", self.stager.table(batch_id), batch_id)
                     continue
-                marks = _properties(self.spark, self.stager.table(batch_id))
+                # Just listed: read at once (looked up only if that fails).
+                marks = _properties(self.spark, self.stager.table(batch_id), expected=True)
                 if marks is None or STAGED not in marks:
                     continue  # still being written, or gone since the listing
                 self._deliver(batch_id, marks)
@@ -678,6 +755,9 @@ class ConnectPump:
                 # the outcome, which failed to go out, is put again.
                 self._put_outcome(batch_id, settled)
                 return True
+            if time.monotonic() - settled.put_at < _SETTLE_S:
+                continue  # the stager sees the outcome and drops the table meanwhile
+            settled.put_at = time.monotonic()  # looked at again after as long
             marks = _properties(self.spark, self.stager.table(batch_id))
             if marks is None:
                 continue
@@ -734,6 +814,7 @@ class ConnectPump:
     def _put_outcome(self, batch_id: int, settled: _Settled) -> None:
         self._set(self.stager.table(batch_id), {OUTCOME: settled.value, OUTCOME_MAC: settled.mac})
         settled.put = True
+        settled.put_at = time.monotonic()
 
     def _set(self, table: str, values: dict[str, str]) -> None:
         with self._writing:
@@ -761,12 +842,17 @@ class ConnectPump:
         """The batch's rows, a partition at a time, each checked whole against the mark
         before any of its rows is offered; the next partition is fetched while the
         subscribers take this one, once they have taken its first chunk."""
-        if not _exists(self.spark, table):
-            raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
-                               f"its staging table {table} is missing (it was dropped)")
         frame = self.spark.read.table(table)
         data = frame.drop(_PART, SEQ)
-        if (_schema_digest(data.schema) != staged["schema"]
+        try:
+            schema = data.schema  # its mark was just read: looked up only if this fails
+        except Exception:
+            if _exists(self.spark, table):
+                raise
+            raise RuntimeError(f"ForeachBatchPublisher: batch {batch_id} was not delivered: "
+                               f"its staging table {table} is missing (it was dropped)"
+                               ) from None
+        if (_schema_digest(schema) != staged["schema"]
                 or len(data.columns) != len(self.columns)):
             raise RuntimeError(self._altered(batch_id) + "its columns differ")
         parts = staged["parts"]
