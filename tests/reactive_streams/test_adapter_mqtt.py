@@ -553,9 +553,15 @@ def _not_a_broker(conn: socket.socket, granted: int, sent: list[bytes],
     kind, body = _read_packet(conn)
     assert kind >> 4 == 8, f"packet type {kind >> 4}, not SUBSCRIBE"
     conn.sendall(_packet(0x90, body[:2] + b"\x00" + bytes([granted])))  # SUBACK
-    for packet in sent:
-        conn.sendall(packet)
     seen: list[int] = []
+    for packet in sent:
+        try:
+            conn.sendall(packet)
+        except (ConnectionResetError, BrokenPipeError):
+            # The client closed the connection while packets were still coming (a client
+            # that refuses the first one may close before the rest is sent): what it sent
+            # before is read below, as far as the reset left it.
+            break
     while until not in seen:
         try:
             seen.append(_read_packet(conn)[0] >> 4)
