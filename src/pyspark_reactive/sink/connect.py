@@ -331,10 +331,14 @@ class ConnectStager:
             if delivered:
                 # Delivered: Spark may commit it now; the table goes meanwhile (a process
                 # ended before that leaves it to the client, or to the next start).
-                self._dropping = threading.Thread(
+                dropping = threading.Thread(
                     target=self._drop_table, args=(session, table, batch_id, "delivered"),
                     daemon=True, name=f"reactive-stage-drop-{batch_id}")
-                self._dropping.start()
+                try:
+                    dropping.start()
+                    self._dropping = dropping
+                except RuntimeError:  # no thread to be had: dropped here instead
+                    self._drop_table(session, table, batch_id, "delivered")
             else:
                 self._drop_table(session, table, batch_id, "not delivered")
 
