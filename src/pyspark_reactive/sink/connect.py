@@ -399,15 +399,19 @@ class ConnectStager:
         passed = framed.mapInArrow(DigestAsWritten(len(names)), StructType([
             *staged.fields, StructField(_PART, IntegerType(), False),
             StructField(SEQ, LongType(), False), StructField(DIGEST, StringType())]))
-        seen = Observation(f"reactive_stage_{secrets.token_hex(8)}")
-        # Joined as one string: Spark 4.0's Connect cannot return an array metric.
-        metrics = [F.count(F.lit(1)).alias("rows"),
-                   F.concat_ws(";", F.collect_list(DIGEST)).alias("digests")]
-        observed = passed.observe(seen, *metrics)
-        writer = observed.select(*names, SEQ, _PART).write.partitionBy(_PART)
+
+        def write() -> Any:
+            """Write the rows to ``table``; the write's observation (one per write)."""
+            seen = Observation(f"reactive_stage_{secrets.token_hex(8)}")
+            # Joined as one string: Spark 4.0's Connect cannot return an array metric.
+            (passed.observe(seen, F.count(F.lit(1)).alias("rows"),
+                            F.concat_ws(";", F.collect_list(DIGEST)).alias("digests"))
+             .select(*names, SEQ, _PART).write.partitionBy(_PART).saveAsTable(table))
+            return seen
+
         try:
             try:
-                writer.saveAsTable(table)
+                seen = write()
             except Exception:
                 # A table of this batch id left by an earlier attempt (a batch is staged
                 # once): dropped, and the batch written again. Looked for only when the
@@ -415,10 +419,7 @@ class ConnectStager:
                 if not _exists(batch.sparkSession, table):
                     raise
                 _drop(batch.sparkSession, table)
-                seen = Observation(f"reactive_stage_{secrets.token_hex(8)}")
-                observed = passed.observe(seen, *metrics)
-                (observed.select(*names, SEQ, _PART).write.partitionBy(_PART)
-                 .saveAsTable(table))
+                seen = write()
         except Exception as error:
             raise RuntimeError(
                 f"ForeachBatchPublisher: batch {batch_id} could not be staged in "
