@@ -21,9 +21,6 @@ from pyspark_reactive.source.demand_buffer import DemandBuffer, PublisherError
 from reactive_streams import IterablePublisher, RangePublisher, Subscriber, Subscription
 from reactive_streams.tck.subscriber_blackbox import SubscriberBlackboxVerification
 
-# Also runs on every older Spark line (./dev test): the source's demand, no Spark needed.
-pytestmark = pytest.mark.spark_lines
-
 
 class TestDemandBufferBlackbox(SubscriberBlackboxVerification[int]):
     def create_subscriber(self) -> Subscriber[int]:
