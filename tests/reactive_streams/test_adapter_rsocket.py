@@ -396,6 +396,45 @@ def test_served_publisher_is_paced_by_the_remote_request_n() -> None:
     assert client.payloads == [str(i).encode() for i in range(35)]
 
 
+def _accepted_sockets(port: int) -> list[socket.socket]:
+    """This process's TCP sockets whose local port is ``port`` and that have a peer: the
+    connections a service on that port accepted (duplicates; the caller closes them)."""
+    found = []
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # not a socket
+        try:
+            if (sock.family in (socket.AF_INET, socket.AF_INET6)
+                    and sock.type == socket.SOCK_STREAM and sock.getsockname()[1] == port):
+                sock.getpeername()  # a listening socket has none
+                found.append(sock)
+                continue
+        except OSError:
+            pass
+        sock.close()
+    return found
+
+
+def test_served_frames_go_out_at_once_not_after_the_peer_s_delayed_ack() -> None:
+    # With Nagle's algorithm on, each small frame written after another waits for the
+    # client's delayed ACK (40 ms on Linux): a request(1) at a time made 25 round trips a
+    # second. The server's accepted connections must have TCP_NODELAY, as the client's have.
+    with serve(RecordingRange(100, numbered)) as service, \
+            PlainClient(service.port, token=service.token) as client:
+        client.request_stream(1)
+        client.wait_payloads(1)
+        accepted = _accepted_sockets(service.port)
+        try:
+            assert accepted, "found no connection the service accepted"
+            assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in accepted)
+        finally:
+            for sock in accepted:
+                sock.close()
+        client.cancel()
+
+
 def test_served_unbounded_demand_is_taken_in_prefetch_steps() -> None:
     local = RecordingRange(3000, numbered)
     with serve(local, prefetch=1000) as service, \
