@@ -47,6 +47,17 @@ class TestForeachBatchPublisher(PublisherVerification[Any]):
         # kit's 100 keeps the check's cost near 40 s.
         return default // 5
 
+    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_one_by_one(  # noqa: E501
+            self) -> None:
+        # Declared unsupported rather than run: the check expects on_complete for the 3rd
+        # subscriber while the 1st and 2nd still owe requests, and a batch ends (so the
+        # stream completes) only once every subscriber took it: a slow subscriber holds
+        # the others back by design. Run, it waits its full 30 s and skips with this reason.
+        pytest.skip("OPTIONAL requirement not implemented. §1.11: a batch "
+                    "ends only once every subscriber took it, so the 3rd subscriber's "
+                    "on_complete waits for the 1st and 2nd, whose requests this check makes "
+                    "only after it")
+
     def _publish(self, **options: Any) -> ForeachBatchPublisher:
         reader = self.spark.readStream.format("reactive")
         for key, value in options.items():
