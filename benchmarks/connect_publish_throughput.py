@@ -40,6 +40,11 @@ Printed per mode:
   when the publisher begins a batch (a wrapper of ``ForeachBatchPublisher._begin``), how
   many rows it delivered before it.
 
+``connect-arrow`` is the connect mode with ``publish(element="arrow")``: the subscriber gets
+each partition's rows as ``pyarrow.RecordBatch`` es and counts their rows (still requesting
+1024 elements at a time), as the ceiling's client counts the rows of each ``toArrow()``:
+the transport without the conversion of rows to Python elements.
+
 The ceiling of the transport, in the same run, two ways, each on a Connect server of its
 own, with no code of the project in the transport (the stream is the same ``range`` source
 read by ``format("reactive")``):
@@ -109,8 +114,8 @@ from connect_split import Read, batch_splits, event_lines, median_split, operati
 from report import Figure, write  # this folder is on sys.path when run as a script
 from sink_throughput import Count
 
-MODES = ("classic", "connect", "ceiling", "ceiling-sync")
-CONNECT_MODES = ("connect", "ceiling", "ceiling-sync")
+MODES = ("classic", "connect", "connect-arrow", "ceiling", "ceiling-sync")
+CONNECT_MODES = ("connect", "connect-arrow", "ceiling", "ceiling-sync")
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20
 SAMPLE_S = 0.5  # memory of the server's processes
@@ -132,9 +137,10 @@ class Timed(Count):
     row, of the last (the ``rows``-th), and of the first row of each batch: the publisher's
     ``_begin`` wrapper sets ``mark`` to the rows delivered before the batch."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, arrow: bool = False) -> None:
         super().__init__(1024)
         self.rows = rows
+        self.arrow = arrow  # elements are pyarrow.RecordBatches: count their rows
         self.first = 0.0
         self.last = 0.0
         self.mark = 0  # the count at which the next batch's first row arrives
@@ -145,13 +151,15 @@ class Timed(Count):
 
     def on_next(self, element: Any) -> None:
         count = self.count
-        if count == self.mark and self.pending is not None:
+        size = element.num_rows if self.arrow else 1
+        if self.pending is not None and count <= self.mark < count + size:
             self.batch_first[self.pending] = time.time()
             self.pending = None
         if count == 0:
             self.first = time.perf_counter()
         super().on_next(element)
-        if count + 1 == self.rows:
+        self.count += size - 1
+        if count < self.rows <= count + size:
             self.last = time.perf_counter()
 
     def on_error(self, error: BaseException) -> None:
@@ -461,7 +469,7 @@ def run_mode(mode: str, rows: int, batch: int) -> dict[str, Any]:
                 jvm_pid = gateway.proc.pid
             df = (spark.readStream.format("reactive").option("publisher", "range")
                   .option("count", rows).option("maxRecordsPerTrigger", batch).load())
-            subscriber: Any = Timed(rows)
+            subscriber: Any = Timed(rows, arrow=mode == "connect-arrow")
             watch_batches(subscriber, ready if mode == "classic" else None, reads)
             for thread in (sampler, watcher):
                 if thread is not None:
@@ -482,7 +490,8 @@ def run_mode(mode: str, rows: int, batch: int) -> dict[str, Any]:
                 query.awaitTermination(1800)
                 subscriber.error = query.exception()
             else:
-                publisher = publish(df, element="tuple", trigger={"availableNow": True},
+                publisher = publish(df, element="arrow" if mode == "connect-arrow" else "tuple",
+                                    trigger={"availableNow": True},
                                     checkpointLocation=str(Path(scratch) / "checkpoint"))
                 publisher.subscribe(subscriber)
                 if not subscriber.done.wait(1800):
@@ -554,10 +563,9 @@ def mode_text(mode: str, f: dict[str, Any]) -> str:
 def ratio_lines(figures: dict[str, dict[str, Any]]) -> list[str]:
     """Connect ``publish()``'s rows/s against classic's and each ceiling's, one line each,
     for the modes that ran, as ``compare_revisions.py`` reads them."""
-    if "connect" not in figures:
-        return []
-    return [f"connect / {baseline} = "
-            f"{figures['connect']['rate'] / figures[baseline]['rate']:.2f} (rows/s)"
+    return [f"{mode} / {baseline} = "
+            f"{figures[mode]['rate'] / figures[baseline]['rate']:.2f} (rows/s)"
+            for mode in ("connect", "connect-arrow") if mode in figures
             for baseline in ("classic", "ceiling", "ceiling-sync") if baseline in figures]
 
 
@@ -578,7 +586,8 @@ def main() -> None:
 
     print(f"pyspark {pyspark.__version__}, Python {platform.python_version()}, local[2]; "
           f"{args.rows:,} rows of range in batches of {args.batch:,}, availableNow, "
-          f"tuple elements, request(1024); load average {os.getloadavg()[0]:.1f}")
+          f"tuple elements (connect-arrow: Arrow), request(1024); load average "
+          f"{os.getloadavg()[0]:.1f}")
     figures: dict[str, dict[str, Any]] = {}
     for mode in args.modes:
         for attempt in range(1, ATTEMPTS + 1):

@@ -212,7 +212,7 @@ def test_a_failed_outcome_mark_is_put_again_and_the_batch_never_delivered_twice(
 
 
 _STRANGER = """
-import json, sys
+import json, os, sys
 from pyspark.sql.connect.session import SparkSession
 
 try:
@@ -221,6 +221,10 @@ try:
     print(json.dumps({"ran": spark.range(3).count()}))
 except Exception as error:
     print(json.dumps({"error": f"{type(error).__name__}: {error}"[:600]}))
+# Out at once: once refused, the client's exit can wait on threads of its own (it once
+# printed the refusal and was still running 90 s later); the answer is all that counts.
+sys.stdout.flush()
+os._exit(0)
 """
 
 
