@@ -126,9 +126,11 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
         subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True, timeout=300)
         run_pip(python, ["install", "--quiet", "--upgrade", "pip"], f"{venv.name}: pip itself")
         for requirements in base:
-            # --no-compile: modules are compiled when first imported, not all at install
-            # (Databricks Connect's and pyspark's thousands of modules: most never are).
-            run_pip(python, ["install", "--quiet", "--no-compile", *requirements],
+            # Compiled at install (no --no-compile): where PYTHONDONTWRITEBYTECODE=1 (as
+            # on this machine) no import keeps a .pyc, and every Python process, each
+            # of Spark's workers among them, compiled pyspark anew (its Connect
+            # foreachBatch worker then missed its 10 s to connect back on a loaded machine).
+            run_pip(python, ["install", "--quiet", *requirements],
                     f"{venv.name}: installing {' '.join(requirements)}")
     elif have.get("wheel") == want_wheel:
         return python
@@ -141,7 +143,7 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
     run_pip(python, ["install", "--quiet", wheel_spec],
             f"{venv.name}: installing the project ({wheel.name}) with its dependencies")
     if extra:
-        run_pip(python, ["install", "--quiet", "--no-compile", *extra],
+        run_pip(python, ["install", "--quiet", *extra],
                 f"{venv.name}: installing what the tests import")
     if client:
         oss = has_pyspark_distribution(python)
