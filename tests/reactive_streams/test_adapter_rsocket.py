@@ -401,9 +401,11 @@ def _accepted_sockets(port: int) -> list[socket.socket]:
     connections a service on that port accepted (duplicates; the caller closes them)."""
     found = []
     for fd in map(int, os.listdir("/proc/self/fd")):
+        duplicate = os.dup(fd)
         try:
-            sock = socket.socket(fileno=os.dup(fd))
+            sock = socket.socket(fileno=duplicate)
         except OSError:
+            os.close(duplicate)
             continue  # not a socket
         try:
             if (sock.family in (socket.AF_INET, socket.AF_INET6)
