@@ -457,6 +457,10 @@ class Gate:
 
     def _take(self, sock: socket.socket) -> None:
         sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # Also set here, not only by asyncio (which does so only for a proto it
+            # recognises): small frames must not wait for the peer's delayed ACK.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         waiting = _Waiting(sock)
         # A client usually sends its SETUP as soon as it is connected, before it is
         # accepted: then it is admitted at once and never waits here.
