@@ -87,11 +87,7 @@ def _addresses(host: str) -> list[tuple[int, tuple[object, ...], bool]]:
 
 
 def _listening(family: int, sockaddr: tuple[object, ...]) -> socket.socket:
-    # IPPROTO_TCP named, not left 0: accepted sockets inherit it, and asyncio turns Nagle's
-    # algorithm off (TCP_NODELAY) only on sockets whose proto says TCP. With proto 0 each
-    # small frame the server wrote after another waited for the peer's delayed ACK: 44 ms
-    # for every request(1) round trip.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         if os.name == "posix" and sys.platform != "cygwin":
             # As asyncio does: a restarted service rebinds over connections in TIME_WAIT.
@@ -458,8 +454,10 @@ class Gate:
     def _take(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
-            # Also set here, not only by asyncio (which does so only for a proto it
-            # recognises): small frames must not wait for the peer's delayed ACK.
+            # Nagle's algorithm off, here for every accepted connection (asyncio does it
+            # only for sockets whose proto says TCP, and an accepted one has proto 0):
+            # else each small frame written after another waited for the peer's delayed
+            # ACK, 44 ms for every request(1) round trip.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         waiting = _Waiting(sock)
         # A client usually sends its SETUP as soon as it is connected, before it is
