@@ -264,8 +264,10 @@ def local_connect_session(
     -----
     To serve other machines, run a Connect server behind TLS (``start-connect-server.sh``
     and a TLS-terminating proxy) and connect with ``SparkSession.builder.remote(...)``.
-    PySpark's own ``foreachBatch`` worker prints its connection URL, token included, to
-    the server's standard output (here, this process's): keep that output private.
+    PySpark's own ``foreachBatch`` and listener workers print the connection URL they dial
+    back, token included, to the server's standard output (here, this process's): with a
+    ``local`` master (the default) they run with the token masked (``token=<redacted>``);
+    with another master, keep that output private.
     """
     _refuse_under_databricks_connect("local_connect_session()")
     if importlib.util.find_spec("grpc") is None:  # pyspark[connect] brings it
@@ -687,7 +689,29 @@ done
 unset IFS
 PYTHONPATH=$kept
 export PYTHONPATH
+# A Connect server's streaming workers print the URL they dial back, token included, to
+# the server's output: they run with their output's tokens masked.
+case "$1 ${{2:-}}" in
+    "-m pyspark.sql.connect.streaming.worker."*)
+        module=$2
+        shift 2
+        exec {python} -c {mask} "$module" "$@" ;;
+esac
 exec {python} "$@"
+"""
+
+# Runs the module named first, as ``python -m`` would, with ``token=...`` masked in what it
+# writes to standard output and standard error (it talks to the JVM over a socket).
+_MASK_TOKENS = """import re, runpy, sys
+class Masked:
+    def __init__(self, stream):
+        self.stream = stream
+    def write(self, text):
+        return self.stream.write(re.sub(r"(token=)[^;\\s]+", r"\\1<redacted>", text))
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+sys.stdout, sys.stderr = Masked(sys.stdout), Masked(sys.stderr)
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
 """
 
 
@@ -715,7 +739,8 @@ def _python_without_spark_zips() -> str | None:
     if os.name != "posix" or not (zips / "pyspark.zip").is_file():
         return None
     text = _WRAPPER.format(python=shlex.quote(sys.executable),
-                           zips=shlex.quote(str(zips) + os.sep))
+                           zips=shlex.quote(str(zips) + os.sep),
+                           mask=shlex.quote(_MASK_TOKENS))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     for folder in (Path(cache) / "pyspark-reactive",

@@ -77,3 +77,8 @@ def test_example_prints_what_it_says(example: Path, tmp_path: Path, rules: Any) 
         f"python docs/examples/{example.name} exited with {result.returncode}\n"
         f"--- stdout ---\n{result.stdout}--- stderr (the end) ---\n{result.stderr[-6000:]}")
     rules.check_output(expected, result.stdout, f"docs/examples/{example.name}")
+    # No Connect token in what it printed, Spark's own Python workers' lines included
+    # (connect_publish.py: the foreachBatch worker prints the URL it dials back).
+    printed = result.stdout + result.stderr
+    assert not re.search(r"token=(?!<redacted>)[^;\s]+", printed), (
+        f"python docs/examples/{example.name} printed a Spark Connect token")
