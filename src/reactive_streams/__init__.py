@@ -7,6 +7,7 @@ This package never imports pyspark.
 
 from ._version import __version__
 from .api import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
+from .blocking import to_iterable
 from .errors import ReactiveStreamsError
 from .processors import MapProcessor
 from .publishers import AsyncIterablePublisher, IterablePublisher, RangePublisher
@@ -27,4 +28,5 @@ __all__ = [
     "SyncSubscriber",
     "__version__",
     "collect",
+    "to_iterable",
 ]

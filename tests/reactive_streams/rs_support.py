@@ -13,8 +13,11 @@ from typing import Any, TypeVar
 from polling import wait_until as wait_until  # the one polling wait, re-exported
 
 from reactive_streams import Publisher, Subscriber, Subscription
+from reactive_streams._prefetching import PrefetchingSubscriber
+from reactive_streams.tck.subscriber_whitebox import SubscriberPuppet, WhiteboxSubscriberProbe
 
 T = TypeVar("T")
+S = TypeVar("S", bound=PrefetchingSubscriber[Any])
 
 
 class Recorder(Subscriber[Any]):
@@ -221,3 +224,36 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
     src = Path(__file__).resolve().parents[2] / "src"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+
+
+class PrefetchPuppet(SubscriberPuppet):
+    """The TCK's puppet for a subscriber that iterates (``async for``, a plain ``for``):
+    ``trigger_request`` does nothing, honestly: the subscriber requests ``prefetch`` at once
+    and again as its consumer takes elements, which the consumer always does, so demand is
+    outstanding until the subscription ends."""
+
+    def __init__(self, subscriber: PrefetchingSubscriber[Any], cancelled: threading.Event) -> None:
+        self.subscriber = subscriber
+        self.cancelled = cancelled
+
+    def trigger_request(self, elements: int) -> None:
+        pass
+
+    def signal_cancel(self) -> None:
+        self.cancelled.set()
+        self.subscriber.cancel()
+
+
+def reporting(base: type[S], probe: WhiteboxSubscriberProbe[Any],
+              prefetch: int) -> tuple[S, threading.Event]:
+    """An instance of a subclass of ``base`` (an iterating subscriber) that hands the
+    whitebox probe a :class:`PrefetchPuppet` at ``on_subscribe``, and the event set when
+    the TCK cancels through the puppet."""
+    cancelled = threading.Event()
+
+    class Reporting(base):  # type: ignore[valid-type,misc]
+        def on_subscribe(self, subscription: Subscription) -> None:
+            super().on_subscribe(subscription)
+            probe.register_on_subscribe(PrefetchPuppet(self, cancelled))
+
+    return Reporting(prefetch), cancelled

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from rs_support import Recorder, Recording, run_python
+from rs_support import Recorder, Recording, reporting, run_python
 
 from reactive_streams import (
     AsyncIterablePublisher,
@@ -26,7 +26,6 @@ from reactive_streams.tck.environment import TestEnvironment
 from reactive_streams.tck.publisher import PublisherVerification
 from reactive_streams.tck.subscriber_blackbox import SubscriberBlackboxVerification
 from reactive_streams.tck.subscriber_whitebox import (
-    SubscriberPuppet,
     SubscriberWhiteboxVerification,
     WhiteboxSubscriberProbe,
 )
@@ -616,40 +615,12 @@ class TestIteratorSubscriberPrefetchOneBlackbox(WithConsumerLoop,
         return element
 
 
-class IteratorPuppet(SubscriberPuppet):
-    """``trigger_request`` does nothing, honestly: the subscriber requests ``prefetch``
-    at once and again as its consumer takes elements, which the consumer task always
-    does, so demand is outstanding until the subscription ends."""
-
-    def __init__(self, subscriber: IteratorSubscriber[Any], cancelled: threading.Event) -> None:
-        self.subscriber = subscriber
-        self.cancelled = cancelled
-
-    def trigger_request(self, elements: int) -> None:
-        pass
-
-    def signal_cancel(self) -> None:
-        self.cancelled.set()
-        self.subscriber.cancel()
-
-
-class ReportingIterator(IteratorSubscriber[int]):
-    def __init__(self, probe: WhiteboxSubscriberProbe[int], prefetch: int) -> None:
-        super().__init__(prefetch)
-        self.probe = probe
-        self.cancelled_by_puppet = threading.Event()
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        super().on_subscribe(subscription)
-        self.probe.register_on_subscribe(IteratorPuppet(self, self.cancelled_by_puppet))
-
-
 class TestIteratorSubscriberWhitebox(WithConsumerLoop, SubscriberWhiteboxVerification[int]):
     prefetch = 4
 
     def create_subscriber(self, probe: WhiteboxSubscriberProbe[int]) -> Subscriber[int]:
-        subscriber = ReportingIterator(probe, self.prefetch)
-        self.consumers.consume(subscriber, probe, subscriber.cancelled_by_puppet)
+        subscriber, cancelled = reporting(IteratorSubscriber[int], probe, self.prefetch)
+        self.consumers.consume(subscriber, probe, cancelled)
         return subscriber
 
     def create_element(self, element: int) -> int:

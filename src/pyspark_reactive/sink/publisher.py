@@ -25,7 +25,7 @@ from typing import Any, Literal, get_args
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from reactive_streams import Publisher, Subscriber
+from reactive_streams import Publisher, Subscriber, to_iterable
 from reactive_streams.runners import ThreadRunner
 from reactive_streams.signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 
@@ -536,6 +536,24 @@ class ForeachBatchPublisher(Publisher[Any]):
         # §1.9: on_subscribe is the emitter's first signal, even if a batch has already
         # offered rows; after the end, the terminal signal follows it.
         emitter.start()
+
+    def __iter__(self) -> Iterator[Any]:
+        """``for row in publisher``: the query's rows in a plain loop, with backpressure.
+
+        Each loop subscribes anew (a subscriber like any other) and requests at most
+        ``DEFAULT_PREFETCH`` (256) elements ahead of itself, more only as it takes them,
+        so a slow loop holds the query back: a batch is committed only once the loop has
+        taken all of it. An error of the query is raised in the loop after the rows before
+        it; ``break`` (or leaving a ``with iter(publisher) as rows:`` block) cancels the
+        subscription, after which ``when_unsubscribed`` applies. For another prefetch or a
+        timeout per row, use :func:`reactive_streams.to_iterable`.
+
+        Examples
+        --------
+        >>> for row in publish(df, trigger={"availableNow": True}):   # doctest: +SKIP
+        ...     print(row.value)
+        """
+        return iter(to_iterable(self))
 
     @property
     def batch_id(self) -> int | None:

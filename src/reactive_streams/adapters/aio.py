@@ -7,30 +7,20 @@ No extra is needed: asyncio is in the standard library.
 from __future__ import annotations
 
 import asyncio
-import collections
+import functools
 from collections.abc import AsyncGenerator, AsyncIterable, Callable
-from typing import Final, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from ..api import Publisher, Subscriber, Subscription
+from .._prefetching import DEFAULT_PREFETCH, PrefetchingSubscriber
+from ..api import Publisher
 from ..publishers import AsyncIterablePublisher
-from ..signalling import COMPLETE, SerialWorker, Terminal, require_not_none
+from ..signalling import require_not_none
 
 __all__ = ["DEFAULT_PREFETCH", "IteratorSubscriber", "from_async_iterable", "iterate"]
 
 T = TypeVar("T")
 
-#: Elements requested ahead of the consumer when no ``prefetch`` is given.
-DEFAULT_PREFETCH: Final[int] = 256
-
-
-def _checked_prefetch(prefetch: object) -> int:
-    if type(prefetch) is not int or prefetch < 1:
-        raise ValueError(f"prefetch must be a positive int (elements requested ahead of the "
-                         f"consumer, e.g. {DEFAULT_PREFETCH}), got {prefetch!r}")
-    return prefetch
-
-
-class IteratorSubscriber(SerialWorker, Subscriber[T], Generic[T]):
+class IteratorSubscriber(PrefetchingSubscriber[T], Generic[T]):
     """A Subscriber that is consumed with ``async for``; :func:`iterate` is built on it.
 
     Use it directly when the Subscriber object itself is needed, say to subscribe it to a
@@ -75,70 +65,12 @@ class IteratorSubscriber(SerialWorker, Subscriber[T], Generic[T]):
     """
 
     def __init__(self, prefetch: int = DEFAULT_PREFETCH) -> None:
-        super().__init__()  # no dispatch: subscription calls run on the caller's thread
-        self.prefetch = _checked_prefetch(prefetch)
-        self._refill_at = max(1, prefetch // 2)
-        self._buffer: collections.deque[T] = collections.deque()
-        self._subscription: Subscription | None = None
-        self._outstanding = 0  # requested (or about to be) and not yet received
-        self._taken = 0  # taken by the consumer since the last request
-        self._to_request = 0  # decided, not yet passed to the subscription
-        self._cancel_pending = False  # decided, not yet passed to the subscription
-        self._cancelled = False
-        self._terminal: Terminal | None = None
+        super().__init__(prefetch)
         self._waiter: asyncio.Future[None] | None = None
 
-    # -- Subscriber: any thread ------------------------------------------------------------
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        require_not_none(subscription, "on_subscribe's subscription", "§2.13")
-        with self._lock:
-            if self._subscription is not None or self._terminal is not None:
-                second = True  # §2.5: one active subscription at a time
-            else:
-                second = False
-                self._subscription = subscription
-                if not self._cancelled:
-                    self._outstanding = self._to_request = self.prefetch
-        if second:
-            subscription.cancel()
-            return
-        self._schedule()  # requests prefetch, or cancels if cancel() came first
-
-    def on_next(self, element: T) -> None:
-        require_not_none(element, "on_next's element", "§2.13")
-        with self._lock:
-            if self._cancelled or self._terminal is not None:
-                return  # §2.8: elements may still arrive after cancel
-            excess = self._outstanding == 0
-            if excess:
-                self._terminal = RuntimeError(
-                    "§1.1: the publisher signalled an element beyond the demand of this "
-                    f"iterator (prefetch={self.prefetch}); the subscription is cancelled")
-                self._cancel_pending = True
-            else:
-                self._outstanding -= 1
-                self._buffer.append(element)
-            waiter, self._waiter = self._waiter, None
-        if excess:
-            self._schedule()
-        _wake(waiter)
-
-    def on_error(self, error: BaseException) -> None:
-        require_not_none(error, "on_error's error", "§2.13")
-        self._end(error)
-
-    def on_complete(self) -> None:
-        self._end(COMPLETE)
-
-    def _end(self, terminal: Terminal) -> None:
-        with self._lock:
-            if self._cancelled or self._terminal is not None:
-                return
-            self._terminal = terminal
-            self._subscription = None  # §2.4: the subscription is over
-            waiter, self._waiter = self._waiter, None
-        _wake(waiter)
+    def _wake_locked(self) -> Callable[[], None] | None:
+        waiter, self._waiter = self._waiter, None
+        return None if waiter is None else functools.partial(_wake, waiter)
 
     # -- consumer: the event loop's thread ---------------------------------------------------
 
@@ -148,27 +80,15 @@ class IteratorSubscriber(SerialWorker, Subscriber[T], Generic[T]):
     async def __anext__(self) -> T:
         while True:
             with self._lock:
-                if self._buffer:
-                    element = self._buffer.popleft()
-                    self._taken += 1
-                    refill = self._taken >= self._refill_at and self._subscription is not None \
-                        and not self._cancelled
-                    if refill:
-                        self._outstanding += self._taken
-                        self._to_request += self._taken
-                        self._taken = 0
-                    break
-                terminal = self._terminal
-                if terminal is not None or self._cancelled:
-                    self._cancelled = True  # the iteration is over: raise the error once
-                    self._terminal = COMPLETE
-                    if isinstance(terminal, BaseException):
-                        raise terminal
-                    raise StopAsyncIteration
-                if self._waiter is not None:
-                    raise RuntimeError("IteratorSubscriber: __anext__ is already awaited "
-                                       "by another task; consume it from one task at a time")
-                waiter = self._waiter = asyncio.get_running_loop().create_future()
+                taken, element, refill = self._take_locked(StopAsyncIteration)
+                if not taken:
+                    if self._waiter is not None:
+                        raise RuntimeError("IteratorSubscriber: __anext__ is already awaited "
+                                           "by another task; consume it from one task at a "
+                                           "time")
+                    waiter = self._waiter = asyncio.get_running_loop().create_future()
+            if taken:
+                break
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -176,21 +96,7 @@ class IteratorSubscriber(SerialWorker, Subscriber[T], Generic[T]):
                 raise
         if refill:
             self._schedule()
-        return element
-
-    def cancel(self) -> None:
-        """Cancel the subscription from any thread; returns at once, harmless if repeated.
-
-        Buffered elements are dropped, and a waiting ``__anext__`` ends the iteration.
-        """
-        with self._lock:
-            if self._cancelled:
-                return
-            self._cancelled = self._cancel_pending = True
-            self._buffer.clear()
-            waiter, self._waiter = self._waiter, None
-        self._schedule()
-        _wake(waiter)
+        return element  # type: ignore[return-value] # taken: an element, never None
 
     async def aclose(self) -> None:
         """Cancel the subscription (as :meth:`cancel`)."""
@@ -201,38 +107,6 @@ class IteratorSubscriber(SerialWorker, Subscriber[T], Generic[T]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.cancel()
-
-    @property
-    def buffered(self) -> int:
-        """Elements received and not yet taken by the consumer."""
-        return len(self._buffer)
-
-    # -- calls on the subscription, serialised (§2.7) by the work-in-progress loop -----------
-
-    def _work(self) -> bool:
-        with self._lock:
-            subscription = self._subscription
-            if subscription is None:
-                return False  # not subscribed yet (on_subscribe schedules again), or over
-            cancel = self._cancel_pending
-            if cancel:
-                self._subscription = None
-            n, self._to_request = self._to_request, 0
-        if cancel:
-            subscription.cancel()  # §3.5: returns at once
-        elif n > 0:
-            subscription.request(n)  # may deliver on_next inline: they only buffer
-        return False
-
-    def _work_failed(self, error: BaseException) -> None:
-        # The subscription raised from request or cancel (breaking §3.15, §3.16): the
-        # iteration fails with that error.
-        with self._lock:
-            self._subscription = None
-            if self._terminal is None and not self._cancelled:
-                self._terminal = error
-            waiter, self._waiter = self._waiter, None
-        _wake(waiter)
 
 
 def _wake(waiter: asyncio.Future[None] | None) -> None:

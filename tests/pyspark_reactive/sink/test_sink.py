@@ -27,6 +27,7 @@ from pyspark_reactive import (
     publish,
 )
 from reactive_streams import Subscriber, Subscription, SyncSubscriber
+from reactive_streams.blocking import DEFAULT_PREFETCH
 
 
 class Checked(Subscriber[Any]):
@@ -136,6 +137,29 @@ def test_backpressure_reaches_the_publisher_behind_the_source(spark: SparkSessio
         index = bisect.bisect_right(times, when) - 1
         received = subscriber.samples[index][1] if index >= 0 else 0
         assert delivered <= received + 2 * 1000 + 100, (when, delivered, received)
+
+
+def test_a_plain_for_loop_at_50_rows_a_second_holds_the_query_to_what_it_took(
+        spark: SparkSession, tmp_path: Path) -> None:
+    df = reactive(spark, publisher="range", count=100_000, maxRecordsPerTrigger=25).load()
+    publisher = publish(df, element="tuple", checkpointLocation=tmp_path / "checkpoint")
+    values: list[int] = []
+    ahead = []  # rows of committed batches beyond what the loop had taken, at each row
+    for (value,) in publisher:  # requests DEFAULT_PREFETCH (256) ahead, more as it takes
+        values.append(value)
+        if len(values) % 5 == 0:  # committed rows only grow: a look every 5 rows
+            committed = sum(p.numInputRows for p in publisher.query.recentProgress)
+            ahead.append(committed - len(values))
+        if len(values) == 150:
+            break  # cancels the loop's subscription
+        time.sleep(0.02)  # the slow loop under test: 50 rows/s
+    publisher.query.stop()
+    assert values == list(range(150))
+    # A batch commits only once the loop's subscriber took all of it: rows in its buffer
+    # of DEFAULT_PREFETCH count as taken. Without backpressure the query would have
+    # committed the whole 100,000 meanwhile.
+    assert max(ahead) <= DEFAULT_PREFETCH, max(ahead)
+    assert sum(p.numInputRows for p in publisher.query.recentProgress) <= 150 + DEFAULT_PREFETCH
 
 
 def test_driver_memory_stays_bounded_for_a_large_batch(spark: SparkSession) -> None:
