@@ -11,6 +11,7 @@ from .blocking import to_iterable
 from .errors import ReactiveStreamsError
 from .processors import MapProcessor
 from .publishers import AsyncIterablePublisher, IterablePublisher, RangePublisher
+from .pushing import create
 from .subscribers import AsyncSubscriber, SyncSubscriber, collect
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "SyncSubscriber",
     "__version__",
     "collect",
+    "create",
     "to_iterable",
 ]

@@ -6,13 +6,17 @@ Publisher as an Observable that requests in batches. Needs the extra ``rx`` (the
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import threading
-from collections.abc import Sequence
-from typing import Final, Generic, Literal, TypeVar, get_args
+from typing import Final, Generic, TypeVar
 
-from ..errors import ReactiveStreamsError
+from .._overflow import (
+    DEFAULT_BUFFER_SIZE,
+    BufferOverflowError,
+    Overflow,
+    OverflowBuffer,
+    OverflowSubscription,
+    checked_policy,
+)
 from ._extras import require
 
 require("reactivex", "rx", "reactive_streams.adapters.rx")
@@ -22,15 +26,8 @@ from reactivex import abc as rx_abc  # noqa: E402
 from reactivex.disposable import Disposable  # noqa: E402
 from reactivex.scheduler import CurrentThreadScheduler  # noqa: E402
 
-from ..api import UNBOUNDED, Publisher, Subscriber  # noqa: E402
-from ..signalling import (  # noqa: E402
-    COMPLETE,
-    Emitter,
-    Source,
-    Terminal,
-    require_not_none,
-    signal_violation,
-)
+from ..api import Publisher, Subscriber  # noqa: E402
+from ..signalling import COMPLETE, require_not_none, signal_violation  # noqa: E402
 from ..subscribers import SyncSubscriber  # noqa: E402
 
 __all__ = [
@@ -46,19 +43,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: What happens to an item that arrives when the buffer is full; see :func:`from_observable`.
-Overflow = Literal["error", "drop_oldest", "drop_latest", "block"]
-OVERFLOW_POLICIES: Final[tuple[str, ...]] = get_args(Overflow)
-
-#: Items held beyond demand when no ``buffer_size`` is given.
-DEFAULT_BUFFER_SIZE: Final[int] = 1024
 #: Items requested at a time by :func:`to_observable` when no ``batch`` is given.
 DEFAULT_BATCH: Final[int] = 256
-
-
-class BufferOverflowError(ReactiveStreamsError, RuntimeError):
-    """An observable under ``overflow="error"`` emitted more items than the subscriber
-    requested plus ``buffer_size``."""
 
 
 def from_observable(observable: reactivex.Observable[T], *, overflow: Overflow,
@@ -190,12 +176,7 @@ class ObservablePublisher(Publisher[T], Generic[T]):
         if not isinstance(observable, reactivex.Observable):
             raise TypeError("from_observable: observable must be a reactivex.Observable, got "
                             f"{type(observable).__name__}")
-        if overflow not in OVERFLOW_POLICIES:
-            raise ValueError(f"from_observable: overflow must be one of "
-                             f"{', '.join(map(repr, OVERFLOW_POLICIES))}, got {overflow!r}")
-        if type(buffer_size) is not int or buffer_size < 1:
-            raise ValueError("from_observable: buffer_size must be a positive int (items held "
-                             f"beyond demand), got {buffer_size!r}")
+        checked_policy("from_observable", overflow, buffer_size)
         self.observable = observable
         self.overflow: Overflow = overflow
         self.buffer_size = buffer_size
@@ -224,7 +205,7 @@ class ObservablePublisher(Publisher[T], Generic[T]):
                 f"buffer_size={self.buffer_size})")
 
 
-class ObservableSubscription(Emitter[T], Generic[T]):
+class ObservableSubscription(OverflowSubscription[T], Generic[T]):
     """The Subscription an :class:`ObservablePublisher` gives each subscriber: the common
     :class:`~reactive_streams.signalling.Emitter`, which also tells the buffer about
     demand and counts what the overflow policy dropped.
@@ -258,64 +239,45 @@ class ObservableSubscription(Emitter[T], Generic[T]):
 
     def __init__(self, subscriber: Subscriber[T], source: _ObserverSource[T]) -> None:
         super().__init__(subscriber, source)
-        self._counts = source
-
-    @property
-    def dropped(self) -> int:
-        """Items of this subscription dropped by the overflow policy."""
-        return self._counts.dropped
-
-    def request(self, n: int) -> None:
-        counts = self._counts
-        me = counts.enter()  # blocking on_next on this thread would deadlock
-        try:
-            if type(n) is int and n > 0 and not self.done:
-                counts.add_demand(n)
-            super().request(n)
-        finally:
-            counts.leave(me)
 
 
-class _ObserverSource(Source[T]):
+class _ObserverSource(OverflowBuffer[T]):
     """The bounded buffer between the observable's observer and the emitter's loop."""
 
+    producer = "the observable emitted"
+
     def __init__(self, publisher: ObservablePublisher[T]) -> None:
+        super().__init__(publisher.buffer_size, publisher.overflow)
         self.publisher = publisher
-        self.subscription: ObservableSubscription[T] | None = None
-        self.capacity = publisher.buffer_size
-        self.overflow = publisher.overflow
-        self.dropped = 0
-        self._changed = threading.Condition(threading.Lock())
-        self._blocked = 0  # producers waiting for room (overflow='block')
-        self._buffer: collections.deque[T] = collections.deque()
-        # Capacity is buffer_size plus the demand not yet taken from the buffer, so only
-        # items beyond demand count against buffer_size.
-        self._requested = 0
-        self._taken = 0
-        self._terminal: Terminal | None = None  # from the observable: after the buffer
-        self._failure: BaseException | None = None  # overflow, misuse: at once
-        self._closed = False
         self._disposable: rx_abc.DisposableBase | None = None
-        self._inside: set[int] = set()  # threads that must never block in on_next
 
-    def enter(self) -> int | None:
-        """Mark the calling thread as one whose blocking in ``on_next`` would deadlock;
-        returns what :meth:`leave` takes (``None`` when it was marked already)."""
-        me = threading.get_ident()
-        if me in self._inside:
-            return None
-        self._inside.add(me)
-        return me
+    def _too_many(self) -> str:
+        return (f"from_observable: the observable emitted more than buffer_size="
+                f"{self.capacity} items beyond the subscriber's demand (overflow="
+                "'error'); its subscription is disposed. Raise buffer_size, or choose "
+                "overflow='drop_oldest', 'drop_latest' or 'block'")
 
-    def leave(self, me: int | None) -> None:
-        if me is not None:
-            self._inside.discard(me)
+    def _would_deadlock(self) -> str:
+        return ("from_observable: overflow='block' would deadlock: the observable "
+                "emitted on the thread that subscribes to it or requests from it, so "
+                "nothing could free space while it waits. Emit on a thread of its own "
+                "(subscribe_on(NewThreadScheduler())), or choose overflow='error', "
+                "'drop_oldest' or 'drop_latest'")
 
-    def add_demand(self, n: int) -> None:
-        with self._changed:
-            self._requested = min(self._requested + n, UNBOUNDED)
-            if self._blocked:
-                self._changed.notify_all()  # more demand: more room for it
+    def _would_block_loop(self) -> str:
+        return ("from_observable: overflow='block' would block an asyncio event loop: "
+                "the observable emitted on a thread running one, and waiting there for "
+                "demand would freeze the loop (and deadlock it if the loop consumes "
+                "this stream). Emit on a thread of its own, or choose overflow='error', "
+                "'drop_oldest' or 'drop_latest'")
+
+    def _dropped_one(self) -> None:
+        super()._dropped_one()
+        self.publisher._count_dropped(1)
+
+    def _count(self, dropped: int) -> None:
+        if dropped:
+            self.publisher._count_dropped(dropped)
 
     def connect(self, observable: reactivex.Observable[T]) -> None:
         with self._changed:
@@ -354,133 +316,20 @@ class _ObserverSource(Source[T]):
 
     # -- the observer: the observable's thread ---------------------------------------------
 
-    def _room(self) -> bool:
-        """Whether an item fits now; call with the lock held."""
-        if self._requested >= UNBOUNDED:
-            return True
-        return len(self._buffer) < self.capacity + (self._requested - self._taken)
-
     def _on_next(self, item: T) -> None:
-        if item is None:
-            self._fail(TypeError("§2.13: the observable emitted None; elements must not be "
-                                 "None"), dropped=0, at_once=False)
-            return
-        failure: BaseException | None = None
-        with self._changed:
-            if self._closed or self._terminal is not None or self._failure is not None:
-                return
-            if self._room():
-                self._buffer.append(item)
-            elif self.overflow == "drop_oldest":
-                self._buffer.popleft()
-                self._buffer.append(item)
-                self._dropped_one()
-            elif self.overflow == "drop_latest":
-                self._dropped_one()
-                return  # nothing new to signal
-            elif self.overflow == "error":
-                failure = BufferOverflowError(
-                    f"from_observable: the observable emitted more than buffer_size="
-                    f"{self.capacity} items beyond the subscriber's demand (overflow="
-                    "'error'); its subscription is disposed. Raise buffer_size, or choose "
-                    "overflow='drop_oldest', 'drop_latest' or 'block'")
-            elif threading.get_ident() in self._inside:
-                failure = RuntimeError(
-                    "from_observable: overflow='block' would deadlock: the observable "
-                    "emitted on the thread that subscribes to it or requests from it, so "
-                    "nothing could free space while it waits. Emit on a thread of its own "
-                    "(subscribe_on(NewThreadScheduler())), or choose overflow='error', "
-                    "'drop_oldest' or 'drop_latest'")
-            elif asyncio._get_running_loop() is not None:
-                failure = RuntimeError(
-                    "from_observable: overflow='block' would block an asyncio event loop: "
-                    "the observable emitted on a thread running one, and waiting there for "
-                    "demand would freeze the loop (and deadlock it if the loop consumes "
-                    "this stream). Emit on a thread of its own, or choose overflow='error', "
-                    "'drop_oldest' or 'drop_latest'")
-            else:
-                self._blocked += 1
-                while not self._room() and not self._closed:
-                    self._changed.wait()  # woken by pull, request and close
-                self._blocked -= 1
-                if self._closed:
-                    return
-                self._buffer.append(item)
-        if failure is not None:
-            self._fail(failure, dropped=1)  # the item that did not fit, and the buffer
-            return
-        self._signal()
-
-    def _dropped_one(self) -> None:
-        self.dropped += 1
-        self.publisher._count_dropped(1)
+        self.push(item)
 
     def _on_error(self, error: Exception) -> None:
-        self._end(error)
+        self.end(error)
 
     def _on_completed(self) -> None:
-        self._end(COMPLETE)
-
-    def _end(self, terminal: Terminal) -> None:
-        with self._changed:
-            if self._closed or self._terminal is not None or self._failure is not None:
-                return
-            self._terminal = terminal
-        self._signal()
-
-    def _fail(self, error: BaseException, dropped: int, at_once: bool = True) -> None:
-        """Fail the stream: at once, dropping the buffer, or after it (a ``None`` item)."""
-        with self._changed:
-            if self._closed or self._terminal is not None or self._failure is not None:
-                return
-            if at_once:
-                dropped += len(self._buffer)
-                self._buffer.clear()
-                self._failure = error
-            else:
-                self._terminal = error
-            self.dropped += dropped
-        if dropped:
-            self.publisher._count_dropped(dropped)
-        self._dispose()
-        self._signal()
-
-    def _signal(self) -> None:
-        subscription = self.subscription
-        if subscription is not None:
-            me = self.enter()  # the loop may run here and signal the subscriber
-            try:
-                subscription.signal()
-            finally:
-                self.leave(me)
+        self.end(COMPLETE)
 
     def _dispose(self) -> None:
         with self._changed:
             disposable, self._disposable = self._disposable, None
         if disposable is not None:
             disposable.dispose()
-
-    # -- Source: the emitter's loop --------------------------------------------------------
-
-    def pull(self, n: int) -> tuple[Sequence[T], Terminal | None]:
-        with self._changed:
-            if self._failure is not None:
-                return (), self._failure
-            buffer = self._buffer
-            taken = [buffer.popleft() for _ in range(min(n, len(buffer)))]
-            if taken:
-                self._taken += len(taken)
-                if self._blocked:
-                    self._changed.notify_all()  # room for it
-            return taken, (None if buffer else self._terminal)
-
-    def close(self) -> None:
-        with self._changed:
-            self._closed = True
-            self._buffer.clear()
-            self._changed.notify_all()  # a blocked producer returns
-        self.subscription = None
-        self._dispose()
 
 
 def to_observable(publisher: Publisher[T], *,
