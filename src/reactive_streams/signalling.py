@@ -316,7 +316,38 @@ class Emitter(SerialWorker, Subscription, Generic[T]):
         self._schedule()
 
     def signal(self) -> None:
-        """Tell the loop that the source has new elements or a terminal state."""
+        """Tell the loop that the source has new elements or a terminal state.
+
+        Call it from any thread, after the source holds what ``pull`` will return: a
+        client's callback that appended a message, a thread that set the end. The loop
+        then pulls what demand allows, at once on this thread if it is idle (no
+        ``dispatch``), or in its next turn if it runs elsewhere; a call while nothing is
+        requested only has the terminal state asked for (``pull(0)``). Calls after the
+        subscription ended do nothing. :func:`reactive_streams.create` does this for a
+        client that pushes, with a bounded buffer.
+
+        Examples
+        --------
+        >>> import collections
+        >>> from reactive_streams.signalling import Emitter, Source
+        >>> from reactive_streams import Publisher, to_iterable
+        >>> class Inbox(Source[str]):
+        ...     def __init__(self): self.messages = collections.deque()
+        ...     def pull(self, n):
+        ...         ready = min(n, len(self.messages))
+        ...         return [self.messages.popleft() for _ in range(ready)], None
+        >>> class InboxPublisher(Publisher[str]):
+        ...     def subscribe(self, subscriber):
+        ...         self.inbox = Inbox()
+        ...         self.emitter = Emitter(subscriber, self.inbox)
+        ...         self.emitter.start()
+        >>> publisher = InboxPublisher()
+        >>> messages = iter(to_iterable(publisher, prefetch=2))
+        >>> publisher.inbox.messages.append("hello")   # a callback, on any thread
+        >>> publisher.emitter.signal()                  # then wakes the loop
+        >>> next(messages)
+        'hello'
+        """
         if not self._done:
             self._schedule()
 
