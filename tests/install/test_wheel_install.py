@@ -1,7 +1,8 @@
 """The built wheel, installed as a user installs it, into fresh virtual environments of this
 interpreter: with no extra (no pyspark: ``reactive_streams`` works, ``import
-pyspark_reactive`` says what to install), with the ``spark`` extra (``format("reactive")``
-works as from the checkout), and beside a pyspark older than 4.0 (a clear error).
+pyspark_reactive`` says what to install), and beside a pyspark older than 4.0 (a clear
+error). The ``spark`` extra is installed as the README says, from a clone
+(``test_readme_install.py``); the wheel with its dependencies, by ``tests/databricks``.
 
 Each environment starts empty, so pip resolves the wheel's dependencies as it would for a
 user; pip's cache keeps the pyspark packages between runs. (The Databricks Connect case,
@@ -77,28 +78,6 @@ def test_plain_install_brings_no_pyspark(tmp_path: Path, wheel: Path) -> None:
     assert ("ImportError: pyspark_reactive needs PySpark 4.0 or newer, and none can be "
             "imported" in connector.stderr), connector.stderr
     assert "pip install 'pyspark-reactive[spark]'" in connector.stderr
-
-
-def test_spark_extra_reads_the_source_by_name(tmp_path: Path, wheel: Path) -> None:
-    python = _fresh_venv(tmp_path / "spark")
-    _pip(python, f"{wheel}[spark]")
-    assert "pyspark" in _distributions(python)
-    # Spark finds the source by its name, from the installed package alone; the session's
-    # settings come from the spark-conf/ the wheel carries.
-    query = _run(python, (
-        "from pyspark_reactive import local_session\n"
-        "spark = local_session()\n"
-        "df = (spark.readStream.format('reactive').option('publisher', 'range')\n"
-        "      .option('count', 1234).option('maxRecordsPerTrigger', 1234).load())\n"
-        "q = df.writeStream.format('memory').queryName('n').trigger(availableNow=True)"
-        ".start()\n"
-        "q.awaitTermination(240)\n"
-        "assert not q.isActive, 'the query did not end'\n"
-        "rows = spark.table('n').selectExpr('count(*)', 'count(distinct value)').first()\n"
-        "print(rows[0], rows[1])\n"
-        "spark.stop()\n"), timeout=300)
-    assert query.returncode == 0, query.stderr[-4000:]
-    assert query.stdout.split()[-2:] == ["1234", "1234"], query.stdout
 
 
 def test_pyspark_older_than_4_is_refused_with_what_to_install(tmp_path: Path,

@@ -124,7 +124,7 @@ def test_install_cell_installs_and_restarts_only_on_databricks(
         exec(cell, {"dbutils": databricks, "get_ipython": lambda: databricks})
         return databricks.calls
 
-    wheel = "/Volumes/main/default/wheels/pyspark_reactive-0.1.0-py3-none-any.whl"
+    wheel = "/Volumes/main/default/wheels/pyspark_reactive-0.2.0-py3-none-any.whl"
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
     assert run_cell(_Databricks(PACKAGE=wheel)) == []
     monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "client.4.9")
