@@ -73,16 +73,14 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
     # No icon links: the project has no public address yet.
     "icon_links": [],
-    # The pages with the generated option tables give the tables the right column too.
-    "secondary_sidebar_items": {
-        "reference/source-options": [],
-        "reference/publishers/range": [],
-        "reference/publishers/mqtt": [],
-        "reference/publishers/websocket": [],
-        "reference/publishers/rsocket": [],
-    },
+    # An "On this page" outline on every page, the option references included (their
+    # tables wrap within their cells: reactive.css).
+    "secondary_sidebar_items": {"**": ["page-toc"]},
 }
-html_sidebars = {"index": [], "changelog": []}
+# No section navigation beside the pages with the generated option tables: the tables get
+# its width (each page's outline stays on the right).
+html_sidebars = {"index": [], "changelog": [], "reference/source-options": [],
+                 "reference/publishers/*": []}
 html_show_sourcelink = False
 # Offline: nothing is fetched at build time, and nothing at view time either.
 html_theme_options["analytics"] = {}

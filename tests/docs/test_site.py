@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +124,24 @@ def test_no_page_has_a_broken_internal_link(site: Path) -> None:
         if found:
             broken[str(page.relative_to(site))] = found
     assert not broken, broken
+
+
+def test_every_page_with_sections_has_an_outline(site: Path) -> None:
+    # "On this page": the theme's page-toc in the right column, a link per section.
+    missing = {}
+    for page in sorted(site.rglob("*.html")):
+        if page.name in ("genindex.html", "search.html", "py-modindex.html"):
+            continue  # Sphinx's generated lists: a heading per letter, no sections
+        html = page.read_text(encoding="utf-8")
+        sections = len(re.findall(r"<h2\b", html.split("<article", 1)[-1]))
+        if sections < 2:
+            continue
+        outline = re.search(r'<nav id="pst-page-toc-nav" class="page-toc"[^>]*>(.*?)</nav>',
+                            html, re.S)
+        links = len(re.findall(r'href="#', outline.group(1))) if outline else 0
+        if links < 2:
+            missing[str(page.relative_to(site))] = f"{sections} sections, {links} links"
+    assert not missing, missing
 
 
 def test_the_reference_lists_every_accepted_option(site: Path) -> None:
