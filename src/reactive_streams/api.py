@@ -72,7 +72,45 @@ class Subscriber(ABC, Generic[T]):
 
 
 class Publisher(ABC, Generic[T]):
-    """A provider of a possibly unbounded sequence of elements, sent on demand."""
+    """A provider of a possibly unbounded sequence of elements, sent on demand.
+
+    A subscriber calls :meth:`subscribe`, receives a :class:`Subscription` in
+    ``on_subscribe``, and asks for elements with ``subscription.request(n)``. The
+    publisher then signals at most that many ``on_next`` calls (§1.1), one at a time
+    (§1.3), and at most one terminal signal: ``on_complete`` or ``on_error`` (§1.7).
+    ``subscription.cancel()`` stops it. Nothing is sent that was not asked for, so a slow
+    subscriber is never drowned.
+
+    Write one by subclassing and implementing :meth:`subscribe`; the project's publishers
+    let an :class:`~reactive_streams.signalling.Emitter` do the signalling, and
+    :func:`reactive_streams.create` makes one from a client that pushes. The narrative
+    pages are :doc:`/getting-started/concepts` and :doc:`/how-to/own-publisher`, and
+    every implementation can check itself with the TCK (:doc:`/how-to/tck`).
+
+    Examples
+    --------
+    Any publisher can be read in a plain loop, with bounded demand:
+
+    >>> from reactive_streams import RangePublisher, to_iterable
+    >>> [x * x for x in to_iterable(RangePublisher(0, 5), prefetch=2)]
+    [0, 1, 4, 9, 16]
+
+    A publisher of your own, on the project's signalling core:
+
+    >>> from reactive_streams import Publisher, collect
+    >>> from reactive_streams.signalling import COMPLETE, Emitter, Source
+    >>> class Countdown(Source[int]):
+    ...     def __init__(self, start): self.next = start
+    ...     def pull(self, n):
+    ...         taken = list(range(self.next, max(self.next - n, 0), -1))
+    ...         self.next -= len(taken)
+    ...         return taken, (COMPLETE if self.next == 0 else None)
+    >>> class CountdownPublisher(Publisher[int]):
+    ...     def subscribe(self, subscriber):
+    ...         Emitter(subscriber, Countdown(3)).start()
+    >>> collect(CountdownPublisher())
+    [3, 2, 1]
+    """
 
     @abstractmethod
     def subscribe(self, subscriber: Subscriber[T]) -> None:

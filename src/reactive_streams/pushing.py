@@ -265,7 +265,8 @@ def create(setup: Callable[[Sink[T]], object], *, overflow: Overflow,
 
     Pausing the client while ``sink.requested`` is 0 (in its callback) and resuming it in
     ``on_request`` keeps the buffer empty under every policy: the broker's queue grows,
-    not this process's memory.
+    not this process's memory. The narrative page, with a paho client feeding Spark, is
+    :doc:`/how-to/callback-client`.
 
     Parameters
     ----------

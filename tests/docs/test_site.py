@@ -176,6 +176,16 @@ def test_the_api_pages_show_the_docstrings(site: Path, page: str) -> None:
     assert "Parameters" in html or "Methods" in html or "Attributes" in html
 
 
+@pytest.mark.parametrize("page", ["pyspark_reactive.publish", "reactive_streams.Publisher",
+                                  "reactive_streams.create"])
+def test_the_main_api_pages_carry_an_example_and_a_link_to_their_narrative(
+        site: Path, page: str) -> None:
+    html = (site / "reference" / "api" / f"{page}.html").read_text(encoding="utf-8")
+    assert ">Examples<" in html and 'class="highlight' in html, "no example"
+    narrative = re.findall(r'href="\.\./\.\./(?:how-to|getting-started)/[^"]+\.html', html)
+    assert narrative, "no link to a how-to or getting-started page"
+
+
 def _chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         found = shutil.which(name)

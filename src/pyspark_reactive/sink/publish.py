@@ -128,12 +128,32 @@ def publish(df: DataFrame, *, element: Element = "row", chunk_rows: int = 1024,
             **options: Any) -> ForeachBatchPublisher:
     """Start a streaming query whose output is a Publisher.
 
+    Every subscriber gets every row of each micro-batch, in order, never more than it
+    requested, and a batch ends only once every subscriber has taken all of it: a slow
+    subscriber slows the query. The narrative page is :doc:`/how-to/consume-output`;
+    :doc:`/reference/publish` lists every argument with its consequences.
+
     Parameters
     ----------
     df : DataFrame
         A streaming DataFrame.
-    element, chunk_rows, when_unsubscribed, demand_timeout, when_stalled
-        As for :class:`ForeachBatchPublisher`.
+    element : {"row", "dict", "tuple", "arrow"}
+        What a subscriber receives: a ``pyspark.sql.Row`` (default), a dict, a tuple, or
+        a ``pyarrow.RecordBatch`` of up to ``chunk_rows`` rows (demand then counts
+        batches).
+    chunk_rows : int
+        Rows offered at a time (1,024); this process holds about one Arrow batch of Spark
+        plus one chunk, whatever the micro-batch's size.
+    when_unsubscribed : {"wait", "stop"}
+        With no subscriber, ``"wait"`` (default) holds the batch until one subscribes;
+        ``"stop"`` ends the query once its last subscriber has cancelled.
+    demand_timeout : float, optional
+        Seconds a subscriber that has received all it requested may request nothing more
+        before ``when_stalled`` applies; ``None`` (default) waits as long as it takes.
+    when_stalled : {"fail", "cancel"}
+        What a ``demand_timeout`` does: fail the batch and the query (``"fail"``, the
+        default; nothing is lost), or cancel that subscription alone (``"cancel"``).
+        :class:`ForeachBatchPublisher` gives the details of these five.
     trigger : dict, optional
         Given to ``writeStream.trigger(**trigger)``, e.g. ``{"availableNow": True}``.
     client_timeout : float
@@ -170,6 +190,24 @@ def publish(df: DataFrame, *, element: Element = "row", chunk_rows: int = 1024,
         told): Spark then runs each run as one micro-batch. Under Spark Connect the
         client's pyspark is what is looked at, and only ``reactive`` sources read by
         format are recognised.
+
+    Examples
+    --------
+    A plain loop over the output, which holds the query to its pace:
+
+    >>> for row in publish(df, trigger={"availableNow": True}):    # doctest: +SKIP
+    ...     print(row)
+
+    A subscriber, and the running query:
+
+    >>> from reactive_streams import AsyncSubscriber
+    >>> class Print(AsyncSubscriber):
+    ...     def on_element(self, row):
+    ...         print(row)
+    >>> publisher = publish(df, element="dict",                      # doctest: +SKIP
+    ...                     checkpointLocation="/tmp/checkpoint")
+    >>> publisher.subscribe(Print(batch_size=256))                  # doctest: +SKIP
+    >>> publisher.query.stop()                                      # doctest: +SKIP
 
     Notes
     -----
