@@ -10,10 +10,12 @@ The rules, which docs/contributing.md states for writers:
   all of a block's expectations, in order, must equal what it printed. ``...`` in an
   expectation matches anything (timings, ids, paths), as in doctest's ELLIPSIS, and
   runs of whitespace compare equal. A block that starts with ``>>>`` is a doctest.
-- A block that does not run starts with the visible line ``# not run by the tests: <why>``
-  (a shell command, ``%pip``, code that needs a Databricks workspace). Any other block in a
-  language that runs (anything but the data formats in ``DATA_LANGUAGES``) fails the
-  tests: ``tests/docs/test_code_blocks.py`` checks every block of every page.
+- A block that does not run has, on the line right before its fence, the comment
+  ``<!-- not run by the tests: <why> -->`` (a shell command, ``%pip``, code that needs a
+  Databricks workspace): neither the site nor GitHub shows it, so the code a reader copies
+  carries no test marker. Any other block in a language that runs (anything but the data
+  formats in ``DATA_LANGUAGES``) fails the tests: ``tests/docs/test_code_blocks.py``
+  checks every block of every page.
 - Long examples are files in ``docs/examples/`` that pages include; each runs in a
   process of its own (``tests/docs/test_examples.py``) with the same output rules.
 """
@@ -39,7 +41,11 @@ except ImportError:  # the Databricks Connect venvs, which run tests/databricks 
     Sybil = None
 
 ROOT = Path(__file__).parent
-NOT_RUN = "# not run by the tests:"
+NOT_RUN = "<!-- not run by the tests:"
+# The comment on the line before a block's fence that says why the block does not run.
+_NOT_RUN_COMMENT = re.compile(r"^\s*<!-- not run by the tests:(?P<why>.*?)-->\s*$")
+# The marker as it once was, the block's visible first line: refused now.
+OLD_NOT_RUN = "# not run by the tests:"
 # Blocks in these languages are data or output, never programs: they need no marker.
 DATA_LANGUAGES = frozenset({"text", "json", "toml", "yaml", "ini", "conf", "csv", "output",
                             "none"})
@@ -50,6 +56,15 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # The documentation's build files, included examples and extensions are not test modules
 # (pytest runs with --doctest-modules, which would import them).
 collect_ignore_glob = ["docs/conf.py", "docs/_ext/*", "docs/examples/*", "docs/_build/*"]
+
+
+def not_run_reason(before: str) -> str | None:
+    """Why the block whose fence follows ``before`` (the page's text up to the fence) does
+    not run, from the comment on the line before the fence; ``None`` when there is none
+    (an empty string when the comment gives no reason)."""
+    lines = before.rstrip("\n").rsplit("\n", 1)
+    match = _NOT_RUN_COMMENT.match(lines[-1]) if lines else None
+    return match.group("why").strip() if match else None
 
 
 def expected_output(source: str) -> str | None:
@@ -95,7 +110,7 @@ class ExampleParser:
     def __call__(self, document: Any) -> Iterator[Any]:
         for region in self.blocks(document):
             source = region.parsed
-            if source.lstrip().startswith(NOT_RUN):
+            if not_run_reason(document.text[:region.start]) is not None:
                 continue
             if source.startswith(">>>"):
                 for doctest_region in self.doctests(source, document.path):

@@ -2,8 +2,8 @@
 
 The blocks are found as MyST finds them (markdown-it with MyST's colon fences, looking
 inside directives and admonitions), independently of Sybil, which runs them: a Python block
-Sybil would not collect, or a shell block without the visible ``# not run by the tests:``
-line, fails here. The rules are in the root ``conftest.py``.
+Sybil would not collect, or a shell block without the ``<!-- not run by the tests: why -->``
+comment before its fence, fails here. The rules are in the root ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Block:
     line: int  # 1-based, the fence's opening line
     language: str
     source: str
+    not_run: str | None = None  # why it does not run (the comment before the fence)
 
 
 def _blocks(text: str, offset: int = 0) -> Iterator[Block]:
@@ -53,16 +54,18 @@ def _blocks(text: str, offset: int = 0) -> Iterator[Block]:
         if token.type not in ("fence", "colon_fence") or token.map is None:
             continue
         line = offset + token.map[0] + 1
+        why = DOCS.not_run_reason("\n".join(text.splitlines()[:token.map[0]]))
         info = token.info.strip()
         directive = _DIRECTIVE.match(info)
         if directive is None:
             if token.type == "fence":
-                yield Block(line, info.split(" ")[0].lower(), token.content)
+                yield Block(line, info.split(" ")[0].lower(), token.content, why)
             continue
         if directive["name"] in CODE_DIRECTIVES:
             body = "\n".join(row for row in token.content.splitlines()
                              if not row.startswith(":"))  # the directive's own options
-            yield Block(line, directive["argument"].split(" ")[0].lower(), body.lstrip("\n"))
+            yield Block(line, directive["argument"].split(" ")[0].lower(), body.lstrip("\n"),
+                        why)
         else:  # an admonition, a tab, a grid card: blocks may sit inside
             yield from _blocks(token.content, line)
 
@@ -89,16 +92,20 @@ def test_every_block_runs_or_says_it_does_not(page: Path) -> None:
     problems = []
     for block in _blocks(text):
         first = block.source.lstrip().splitlines()[0] if block.source.strip() else ""
-        marked = first.startswith(DOCS.NOT_RUN)
-        if marked and not first[len(DOCS.NOT_RUN):].strip():
-            problems.append(f"line {block.line}: '{DOCS.NOT_RUN}' without saying why")
+        if first.startswith(DOCS.OLD_NOT_RUN):
+            problems.append(f"line {block.line}: '{DOCS.OLD_NOT_RUN}' inside the code a "
+                            f"reader copies: put '{DOCS.NOT_RUN} <why> -->' on the line "
+                            "before the fence instead")
+        marked = block.not_run is not None
+        if marked and not block.not_run:
+            problems.append(f"line {block.line}: '{DOCS.NOT_RUN} -->' without saying why")
         if block.language in ("python", "py"):
             if not marked and not _runs(block, collected):
                 problems.append(f"line {block.line}: a Python block the tests do not run "
                                 "(nested where Sybil does not look?)")
         elif block.language not in DOCS.DATA_LANGUAGES and not marked:
             problems.append(f"line {block.line}: a {block.language or 'plain'} block that "
-                            f"does not run and does not start with '{DOCS.NOT_RUN} <why>' "
+                            f"does not run and has no '{DOCS.NOT_RUN} <why> -->' before it "
                             f"(data and output blocks: {', '.join(sorted(DOCS.DATA_LANGUAGES))})")
     assert not problems, f"{page.relative_to(ROOT)}:\n" + "\n".join(problems)
 
