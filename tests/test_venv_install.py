@@ -15,6 +15,8 @@ LISTED = """\
 global.index-url='https://mirror.example/simple'
 global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'
 global.find-links='/opt/wheels'
+global.trusted-host='\\nmirror.example\\nother.example'
+download.dest='/tmp/x'
 global.timeout='30'
 install.constraint='/etc/pip/constraints.txt'
 :env:.index-url='https://env-mirror.example/simple'
@@ -34,13 +36,22 @@ def test_the_environment_wins_over_files_and_every_value_of_a_list_goes_to_uv() 
     assert [v for k, v in pairs if k == "--extra-index-url"] == [
         "file:///opt/a/simple", "file:///opt/b/simple"]
     assert ("--find-links", "/opt/wheels") in pairs
+    # A multi-line value (pip's form for several): each line an option of its own.
+    assert [v for k, v in pairs if k == "--allow-insecure-host"] == [
+        "mirror.example", "other.example"]
+    assert "dest" not in settings  # download's own section is not install's
     assert ("--constraint", "/etc/pip/constraints.txt") in pairs
     assert environment == {"SSL_CERT_FILE": "/etc/ssl/ca.pem", "UV_HTTP_TIMEOUT": "30"}
     assert left_out == ["use-feature"]  # named on stderr; disable-pip-version-check is not
 
 
-def test_every_setting_of_this_machines_pip_is_read() -> None:
+def test_every_install_setting_of_this_machines_pip_is_read_with_its_value() -> None:
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
                             capture_output=True, text=True, check=True).stdout
-    assert set(pip_settings(listed)) == {line.split("=", 1)[0].rpartition(".")[2]
-                                         for line in listed.splitlines() if "=" in line}
+    settings = pip_settings(listed)
+    for line in listed.splitlines():
+        key = line.partition("=")[0]
+        section, _, name = key.rpartition(".")
+        if section in ("global", "install", ":env:"):
+            assert name in settings, line
+            assert "'" not in settings[name] and "\\n" not in settings[name], settings[name]

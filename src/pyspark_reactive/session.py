@@ -266,8 +266,10 @@ def local_connect_session(
     and a TLS-terminating proxy) and connect with ``SparkSession.builder.remote(...)``.
     PySpark's own ``foreachBatch`` and listener workers print the connection URL they dial
     back, token included, to the server's standard output (here, this process's): with a
-    ``local`` master (the default) they run with the token masked (``token=<redacted>``);
-    with another master, keep that output private.
+    ``local`` master (the default) on a POSIX system they run with the token masked
+    (``token=<redacted>``), through a launcher of the interpreter written in a private
+    folder of yours (``~/.cache/pyspark-reactive``; where none can be had, they run as
+    they are); with another master, keep that output private.
     """
     _refuse_under_databricks_connect("local_connect_session()")
     if importlib.util.find_spec("grpc") is None:  # pyspark[connect] brings it

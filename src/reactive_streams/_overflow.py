@@ -172,23 +172,28 @@ class OverflowBuffer(Source[T]):
                 failure = RuntimeError(self._would_block_loop())
             else:
                 self._blocked += 1
-                while not self._room() and not self._closed:
-                    self._changed.wait()  # woken by pull, request and close
+                while not self._room() and not self._ended():
+                    self._changed.wait()  # woken by pull, request, the end and close
                 self._blocked -= 1
-                if self._closed:
-                    return
+                if self._ended():
+                    return  # the stream ended meanwhile: nothing follows its end
                 self._buffer.append(item)
         if failure is not None:
             self.fail(failure, dropped=1)  # the element that did not fit, and the buffer
             return
         self._signal()
 
+    def _ended(self) -> bool:
+        """Whether nothing more may be buffered; call with the lock held."""
+        return self._closed or self._terminal is not None or self._failure is not None
+
     def end(self, terminal: Terminal) -> None:
         """The producer's end: ``COMPLETE`` or its error, signalled after the buffer."""
         with self._changed:
-            if self._closed or self._terminal is not None or self._failure is not None:
+            if self._ended():
                 return
             self._terminal = terminal
+            self._changed.notify_all()  # a blocked producer returns: the stream has ended
         self._signal()
 
     def complete(self) -> None:
@@ -205,6 +210,7 @@ class OverflowBuffer(Source[T]):
                 self._failure = error
             else:
                 self._terminal = error
+            self._changed.notify_all()  # a blocked producer returns: the stream has ended
             self.dropped += dropped
             self._count(dropped)
         self._dispose()

@@ -10,6 +10,7 @@ for when the Subscriber object itself is needed (to subscribe it to a Processor,
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
@@ -86,15 +87,18 @@ class BlockingSubscriber(PrefetchingSubscriber[T], Iterator[T], Generic[T]):
         return self
 
     def __next__(self) -> T:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         with self._lock:
             while True:
                 taken, element, refill = self._take_locked(StopIteration)
                 if taken:
                     break
-                if not self._ready.wait(self.timeout):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
                     raise TimeoutError(
                         f"no element within timeout={self.timeout} s; call next() again "
                         "to go on waiting, close() to end the subscription")
+                self._ready.wait(left)  # then look again, whether woken or timed out
         if refill:
             self._schedule()
         return element  # type: ignore[return-value] # taken: an element, never None

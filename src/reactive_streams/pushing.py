@@ -98,9 +98,15 @@ class Sink(Generic[T]):
         return self
 
     def on_cancel(self, hook: Callable[[], object]) -> Sink[T]:
-        """Call ``hook()`` once if the subscriber cancels. Returns the sink."""
+        """Call ``hook()`` once if the subscriber cancels (at once if it has cancelled
+        already). Returns the sink."""
         with self._lock:
-            self._on_cancel.append(hook)
+            if not self._disposed:
+                self._on_cancel.append(hook)
+                return self
+            cancelled = self._buffer.was_cancelled
+        if cancelled:
+            _call(hook)
         return self
 
     def on_dispose(self, hook: Callable[[], object]) -> Sink[T]:
@@ -127,6 +133,7 @@ class Sink(Generic[T]):
             if self._disposed:
                 return
             self._disposed = True
+            self._buffer.was_cancelled = cancelled
             hooks = (self._on_cancel if cancelled else []) + self._on_dispose
             self._on_request.clear()
             self._on_cancel.clear()
@@ -192,9 +199,16 @@ class _PushSubscription(OverflowSubscription[T], Generic[T]):
         self._sink = buffer.sink
 
     def request(self, n: int) -> None:
-        super().request(n)
-        if type(n) is int and n > 0 and not self.done:
-            self._sink._requested(n)
+        # The hooks run on the requesting thread, marked as one that must never block in
+        # sink.next (overflow='block' there fails the stream instead of hanging).
+        counts = self._counts
+        me = counts.enter()
+        try:
+            super().request(n)
+            if type(n) is int and n > 0 and not self.done:
+                self._sink._requested(n)
+        finally:
+            counts.leave(me)
 
 
 class PushPublisher(Publisher[T], Generic[T]):
@@ -216,6 +230,8 @@ class PushPublisher(Publisher[T], Generic[T]):
         subscription = _PushSubscription(subscriber, buffer)
         buffer.subscription = subscription
         subscription.start()  # on_subscribe first (§1.9), then the client is set up
+        if subscription.done:
+            return  # cancelled (or failed) in on_subscribe: no client to start
         me = buffer.enter()  # overflow='block' in setup, on this thread, would deadlock
         try:
             self.setup(buffer.sink)
@@ -264,8 +280,11 @@ def create(setup: Callable[[Sink[T]], object], *, overflow: Overflow,
         stream fails with ``RuntimeError`` saying so, rather than hang.
 
     Pausing the client while ``sink.requested`` is 0 (in its callback) and resuming it in
-    ``on_request`` keeps the buffer empty under every policy: the broker's queue grows,
-    not this process's memory. The narrative page, with a paho client feeding Spark, is
+    ``on_request`` keeps the buffer small under every policy (what was in flight when the
+    client paused still arrives): the broker's queue grows, not this process's memory.
+    Check and pause under a lock that ``on_request`` takes too, as below, or a request
+    between the check and the pause leaves the client paused with demand outstanding.
+    The narrative page, with a paho client feeding Spark, is
     :doc:`/how-to/callback-client`.
 
     Parameters
@@ -306,14 +325,18 @@ def create(setup: Callable[[Sink[T]], object], *, overflow: Overflow,
     A callback client, paused while nobody asks (``Client`` stands for yours):
 
     >>> def setup(sink):                                         # doctest: +SKIP
-    ...     client = Client()
+    ...     client, turn = Client(), threading.Lock()
     ...     def on_message(message):       # the client's thread
     ...         sink.next(message)
-    ...         if sink.requested == 0:
-    ...             client.pause()         # nobody asks: let the broker hold the rest
-    ...     sink.on_request(lambda n: client.resume())
-    ...     sink.on_dispose(client.close)
+    ...         with turn:
+    ...             if sink.requested == 0:
+    ...                 client.pause()     # nobody asks: let the broker hold the rest
+    ...     def on_request(n):
+    ...         with turn:
+    ...             client.resume()
+    ...     sink.on_request(on_request)
     ...     client.start(on_message)
+    ...     sink.on_dispose(client.close)  # after start: a cancel meanwhile closes it too
     >>> publisher = create(setup, overflow="error", buffer_size=100)  # doctest: +SKIP
     """
     return PushPublisher(setup, overflow=overflow, buffer_size=buffer_size)

@@ -21,8 +21,8 @@ what a user's ``pip install`` gives.
 
 from __future__ import annotations
 
+import ast
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -33,22 +33,27 @@ _LISTS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links",
 # pip's settings that change nothing about what gets installed, or that uv does already.
 _IGNORED = {"disable-pip-version-check", "quiet", "verbose", "progress-bar", "no-color",
             "no-input", "retries", "root-user-action", "no-warn-script-location", "cache-dir",
-            "no-cache-dir", "compile", "no-compile", "require-virtualenv", "break-system-packages"}
+            "no-cache-dir", "compile", "no-compile", "require-virtualenv", "break-system-packages",
+            "config-file"}
 # pip's sections, lowest precedence first (pip's own order).
 _SECTIONS = ("global", "install", ":env:")
 
 
 def pip_settings(config_list: str) -> dict[str, str]:
     """pip's effective settings from the output of ``pip config list``
-    (``section.name='value'`` a line); a later section wins over an earlier one."""
+    (``section.name=<the value's Python repr>`` a line; a multi-line value such as several
+    extra indexes holds ``\n``); a later section wins over an earlier one."""
     found: dict[str, dict[str, str]] = {}
     for line in config_list.splitlines():
         key, sep, value = line.partition("=")
         section, dot, name = key.rpartition(".")
         if not sep or not dot or section not in _SECTIONS:
             continue
-        words = shlex.split(value)
-        found.setdefault(section, {})[name] = words[0] if words else ""
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = value  # not a repr after all: taken as it is
+        found.setdefault(section, {})[name] = str(parsed)
     merged: dict[str, str] = {}
     for section in _SECTIONS:
         merged.update(found.get(section, {}))
@@ -88,8 +93,13 @@ def main(argv: list[str]) -> int:
         print(f"venv_install: no uv beside {sys.executable} (./dev installs it with pip)",
               file=sys.stderr)
         return 1
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                            capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                             capture_output=True, text=True)
+    if listing.returncode != 0:
+        print(f"venv_install: 'pip config list' failed, so pip's settings cannot be given "
+              f"to uv:\n{listing.stderr}", file=sys.stderr)
+        return listing.returncode
+    listed = listing.stdout
     options, environment, left_out = uv_options(pip_settings(listed))
     for name in left_out:
         print(f"venv_install: pip's setting {name!r} has no counterpart in uv; left out",

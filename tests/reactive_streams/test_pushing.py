@@ -307,3 +307,59 @@ def test_every_signal_comes_one_at_a_time_within_demand() -> None:
     recorder.cancel()
     assert recorder.elements[:140] == list(range(140))
     recorder.assert_clean()
+
+
+def test_block_in_an_on_request_hook_fails_rather_than_hangs() -> None:
+    def setup(sink: Sink[int]) -> None:
+        def push_more(n: int) -> None:
+            for i in range(n + 1):  # one beyond demand, on the requesting thread
+                sink.next(i)
+        sink.on_request(push_more)
+
+    recorder = Recorder(0)
+    create(setup, overflow="block", buffer_size=0).subscribe(recorder)
+    requester = threading.Thread(target=recorder.request, args=(1,), daemon=True)
+    requester.start()
+    requester.join(WAIT)
+    assert not requester.is_alive(), "request(1) hung in the on_request hook"
+    recorder.wait_done(WAIT)
+    [error] = recorder.errors
+    assert isinstance(error, RuntimeError) and "would deadlock" in str(error)
+
+
+def test_a_cancel_in_on_subscribe_starts_no_client() -> None:
+    started: list[Sink[int]] = []
+
+    class CancelAtOnce(Recorder):
+        def on_subscribe(self, subscription: Subscription) -> None:
+            super().on_subscribe(subscription)
+            subscription.cancel()
+
+    create(started.append, overflow="error").subscribe(CancelAtOnce(0))
+    assert started == []
+
+
+def test_on_cancel_registered_after_the_cancel_runs_at_once() -> None:
+    sinks: list[Sink[int]] = []
+    recorder = Recorder(0)
+    create(sinks.append, overflow="error").subscribe(recorder)
+    recorder.cancel()
+    calls: list[str] = []
+    sinks[0].on_cancel(lambda: calls.append("cancel")).on_dispose(lambda: calls.append("dispose"))
+    assert calls == ["cancel", "dispose"]
+
+
+def test_a_producer_blocked_when_the_stream_ends_returns_and_adds_nothing() -> None:
+    sinks: list[Sink[int]] = []
+    recorder = Recorder(0)
+    create(sinks.append, overflow="block", buffer_size=0).subscribe(recorder)
+    producer = threading.Thread(target=sinks[0].next, args=(1,), daemon=True)
+    producer.start()
+    producer.join(0.2)
+    assert producer.is_alive()  # no demand: it waits
+    sinks[0].complete()
+    producer.join(WAIT)
+    assert not producer.is_alive(), "the blocked producer did not return at the end"
+    recorder.request(1)
+    recorder.wait_done(WAIT)
+    assert recorder.elements == [] and recorder.completions == 1
