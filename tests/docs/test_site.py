@@ -235,3 +235,39 @@ def test_a_page_renders_in_chromium(site: Path, name: str,
     pixels = image.imread(str(shot))[..., :3]
     dark = (pixels.mean(axis=2) < 0.5).mean()  # text and headings on a light page
     assert 0.005 < dark < 0.6, f"{name}'s screenshot looks blank (dark share {dark:.4f})"
+
+
+# Run in the page: every cell of every table whose content (or a child's box) reaches past
+# the cell's own right edge; written into the title, which --dump-dom then shows.
+_OVERFLOW_PROBE = """<script>
+window.addEventListener("load", () => {
+  const over = [];
+  for (const cell of document.querySelectorAll("article table td, article table th")) {
+    const edge = cell.getBoundingClientRect().right + 1;
+    const wide = cell.scrollWidth > cell.clientWidth + 1 ||
+      [...cell.querySelectorAll("*")].some(c => c.getBoundingClientRect().right > edge);
+    if (wide) over.push(cell.textContent.trim().slice(0, 40));
+  }
+  document.title = "OVERFLOW:" + JSON.stringify(over);
+});
+</script>"""
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+@pytest.mark.parametrize("name", ["reference/source-options.html",
+                                  "reference/publishers/mqtt.html"])
+def test_the_option_tables_fit_their_cells(site: Path, name: str, width: int) -> None:
+    page = site / name
+    probe = page.with_name(f".fit-{width}-{page.name}")  # beside it: the same relative links
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>",
+                                                            _OVERFLOW_PROBE + "</body>"),
+                     encoding="utf-8")
+    try:
+        dom = _browse(probe, "--dump-dom", "--virtual-time-budget=5000",
+                      f"--window-size={width},1000")
+    finally:
+        probe.unlink()
+    assert dom.returncode == 0, dom.stderr[-3000:]
+    found = re.search(r"<title>OVERFLOW:(.*?)</title>", dom.stdout, re.S)
+    assert found, "the probe did not run"
+    assert found.group(1) == "[]", f"cells whose content overflows at {width} px: {found.group(1)}"
