@@ -10,6 +10,8 @@ processes of their own, because one process hosts one SparkContext: ``tests/conn
 127.0.0.1), ``tests/notebooks`` (kernels, each with a Spark of its own), ``tests/crash``
 (child processes killed with SIGKILL, each with a Spark of its own) and ``tests/soak``
 (two minutes of the whole pipeline, on a Spark whose JVM holds its heap from the start).
+``tests/site`` (the documentation site built and opened in Chromium) needs no session of
+its own but runs in ``./dev test``'s second lane, beside the main pytest.
 ``./dev test`` runs each; a plain ``pytest`` leaves them out unless the folder (or a file
 in it) is named on the command line.
 """
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
 
 SEPARATE_SESSIONS = ("connect", "cluster", "notebooks", "crash", "soak", "databricks", "serverless",
-                     "install")
+                     "install", "site")
 
 # Real network peers the adapters are tested against (a broker, servers), started by the
 # tests on 127.0.0.1: importable from every test folder as ``import <module>``.

@@ -10,7 +10,7 @@ and the options a page's own factory reads. Names compare case-insensitively, as
 options do. A page that shows a misspelt name on purpose (to show the warning it gets)
 lists it in a comment line, ``% misspelt on purpose: maxRecordPerTrigger`` in MyST or
 ``<!-- misspelt on purpose: ... -->`` in the README. The reference's generated tables
-must list every accepted option: ``test_site.py`` checks the built pages.
+must list every accepted option: ``tests/site/test_site.py`` checks the built pages.
 """
 
 from __future__ import annotations
