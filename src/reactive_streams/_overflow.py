@@ -15,7 +15,7 @@ from typing import Final, Generic, Literal, TypeVar, get_args
 
 from .api import UNBOUNDED, Subscriber
 from .errors import ReactiveStreamsError
-from .signalling import COMPLETE, Emitter, Source, Terminal
+from .signalling import Emitter, Source, Terminal
 
 T = TypeVar("T")
 
@@ -195,9 +195,6 @@ class OverflowBuffer(Source[T]):
             self._terminal = terminal
             self._changed.notify_all()  # a blocked producer returns: the stream has ended
         self._signal()
-
-    def complete(self) -> None:
-        self.end(COMPLETE)
 
     def fail(self, error: BaseException, dropped: int, at_once: bool = True) -> None:
         """Fail the stream: at once, dropping the buffer, or after it."""

@@ -24,6 +24,14 @@ __all__ = ["DEFAULT_PREFETCH", "BlockingIterable", "BlockingSubscriber", "to_ite
 T = TypeVar("T")
 
 
+def _checked_timeout(timeout: float | None) -> float | None:
+    """``timeout`` itself if it is ``None`` or seconds >= 0; otherwise ``ValueError``."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout must be None (wait for ever) or seconds >= 0, "
+                         f"got {timeout!r}")
+    return timeout
+
+
 class BlockingSubscriber(PrefetchingSubscriber[T], Iterator[T], Generic[T]):
     """A Subscriber that is consumed with a plain ``for`` loop (``next()`` blocks).
 
@@ -73,10 +81,7 @@ class BlockingSubscriber(PrefetchingSubscriber[T], Iterator[T], Generic[T]):
 
     def __init__(self, prefetch: int = DEFAULT_PREFETCH, timeout: float | None = None) -> None:
         super().__init__(prefetch)
-        if timeout is not None and not timeout >= 0:
-            raise ValueError(f"timeout must be None (wait for ever) or seconds >= 0, "
-                             f"got {timeout!r}")
-        self.timeout = timeout
+        self.timeout = _checked_timeout(timeout)
         self._ready = threading.Condition(self._lock)
 
     def _wake_locked(self) -> Callable[[], None] | None:
@@ -157,10 +162,7 @@ class BlockingIterable(Iterable[T], Generic[T]):
         require_not_none(publisher, "the publisher", "to_iterable")
         self.publisher = publisher
         self.prefetch = checked_prefetch(prefetch)
-        if timeout is not None and not timeout >= 0:
-            raise ValueError(f"timeout must be None (wait for ever) or seconds >= 0, "
-                             f"got {timeout!r}")
-        self.timeout = timeout
+        self.timeout = _checked_timeout(timeout)
 
     def __iter__(self) -> _Iteration[T]:
         return _Iteration(self.publisher, self.prefetch, self.timeout)

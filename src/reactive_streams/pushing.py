@@ -133,7 +133,6 @@ class Sink(Generic[T]):
             if self._disposed:
                 return
             self._disposed = True
-            self._buffer.was_cancelled = cancelled
             hooks = (self._on_cancel if cancelled else []) + self._on_dispose
             self._on_request.clear()
             self._on_cancel.clear()

@@ -257,3 +257,20 @@ def reporting(base: type[S], probe: WhiteboxSubscriberProbe[Any],
             probe.register_on_subscribe(PrefetchPuppet(self, cancelled))
 
     return Reporting(prefetch), cancelled
+
+
+class Idle(Subscription):
+    """A subscription that takes requests and cancels and does nothing with them."""
+
+    def request(self, n: int) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+class Silent(Publisher[int]):
+    """Subscribes and never signals anything more: a stream that is waiting for data."""
+
+    def subscribe(self, subscriber: Subscriber[int]) -> None:
+        subscriber.on_subscribe(Idle())

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from rs_support import Recorder, Recording, reporting, run_python
+from rs_support import Recorder, Recording, Silent, reporting, run_python
 
 from reactive_streams import (
     AsyncIterablePublisher,
@@ -36,20 +36,6 @@ WAIT = 10.0  # seconds for something that must happen
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-class Silent(Publisher[int]):
-    """Subscribes and never signals anything more: a stream that is waiting for data."""
-
-    def subscribe(self, subscriber: Subscriber[int]) -> None:
-        class Nothing(Subscription):
-            def request(self, n: int) -> None:
-                pass
-
-            def cancel(self) -> None:
-                pass
-
-        subscriber.on_subscribe(Nothing())
 
 
 async def wait_event(event: threading.Event) -> bool:

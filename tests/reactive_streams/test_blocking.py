@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from rs_support import reporting
+from rs_support import Idle, Silent, reporting
 
 from reactive_streams import Publisher, RangePublisher, Subscriber, Subscription, to_iterable
 from reactive_streams.blocking import BlockingSubscriber
@@ -130,17 +130,6 @@ def test_a_slow_publisher_makes_next_wait_and_a_timeout_says_so() -> None:
 
 
 def test_close_from_another_thread_ends_a_waiting_loop() -> None:
-    class Silent(Publisher[int]):
-        def subscribe(self, subscriber: Subscriber[int]) -> None:
-            class Nothing(Subscription):
-                def request(self, n: int) -> None:
-                    pass
-
-                def cancel(self) -> None:
-                    pass
-
-            subscriber.on_subscribe(Nothing())
-
     subscriber = BlockingSubscriber[int](prefetch=2)
     Silent().subscribe(subscriber)
     threading.Timer(0.2, subscriber.close).start()
@@ -150,14 +139,7 @@ def test_close_from_another_thread_ends_a_waiting_loop() -> None:
 def test_an_element_beyond_demand_ends_the_loop_with_an_error() -> None:
     class Flood(Publisher[int]):
         def subscribe(self, subscriber: Subscriber[int]) -> None:
-            class Ignored(Subscription):
-                def request(self, n: int) -> None:
-                    pass
-
-                def cancel(self) -> None:
-                    pass
-
-            subscriber.on_subscribe(Ignored())
+            subscriber.on_subscribe(Idle())  # demand is ignored: 3 come anyway
             for i in range(3):
                 subscriber.on_next(i)
 

@@ -237,9 +237,6 @@ class ObservableSubscription(OverflowSubscription[T], Generic[T]):
     2
     """
 
-    def __init__(self, subscriber: Subscriber[T], source: _ObserverSource[T]) -> None:
-        super().__init__(subscriber, source)
-
 
 class _ObserverSource(OverflowBuffer[T]):
     """The bounded buffer between the observable's observer and the emitter's loop."""
