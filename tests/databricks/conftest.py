@@ -1,12 +1,14 @@
-"""The Databricks Connect tests: this pytest runs in ``.venv-dbconnect`` (Python 3.12,
-``databricks-connect`` 17.x and the project's wheel, made by ``environments.py``), and its
-``spark`` is a ``DatabricksSession`` of a local OSS Spark Connect server of the same Spark
-line (4.0), started as a process of its own from ``.venv-dbserver``, whose interpreter
-``$PYSPARK_REACTIVE_DBSERVER_PYTHON`` names (see ``local_server.py``)::
+"""The Databricks Connect tests: this pytest runs in a client venv (Python 3.12,
+``databricks-connect`` 17.3 in ``.venv-dbconnect`` or 18.3 in ``.venv-dbconnect18``, and
+the project's wheel, made by ``environments.py --line 17|18``), and its ``spark`` is a
+``DatabricksSession`` of a local OSS Spark Connect server of the same Spark line (4.0 or
+4.1), started as a process of its own from the server venv (``.venv-dbserver``,
+``.venv-dbserver41``), whose interpreter ``$PYSPARK_REACTIVE_DBSERVER_PYTHON`` names (see
+``local_server.py``)::
 
-    python tests/databricks/environments.py --python312 PATH       # prints both pythons
-    PYSPARK_REACTIVE_DBSERVER_PYTHON=.venv-dbserver/bin/python \\
-        .venv-dbconnect/bin/python -m pytest tests/databricks
+    python tests/databricks/environments.py --python312 PATH --line 18  # prints both pythons
+    PYSPARK_REACTIVE_DBSERVER_PYTHON=$PWD/.venv-dbserver41/bin/python \\
+        .venv-dbconnect18/bin/python -m pytest tests/databricks
 
 The fixtures are meant for reuse (the serverless tests): ``connect_server`` (the running
 server), ``databricks_remote`` (its ``sc://`` address with the token),

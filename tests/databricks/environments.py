@@ -1,17 +1,24 @@
-"""The two Python 3.12 venvs of the Databricks Connect tests, created or brought up to date.
+"""The two Python 3.12 venvs of the Databricks Connect tests of one Databricks Connect line,
+created or brought up to date.
 
 Run with any Python 3 (``./dev`` uses the main venv's)::
 
-    python tests/databricks/environments.py --python312 /path/to/python3.12 [--wheel WHEEL]
+    python tests/databricks/environments.py --python312 /path/to/python3.12 \
+        [--line 17|18] [--wheel WHEEL]
 
-- ``.venv-dbconnect``: the client, as a Databricks Connect user has it: ``databricks-connect``
-  (newest 17.x, whose bundled pyspark is Spark 4.0), then the project's wheel installed with
-  its normal dependencies (never ``--no-deps``: that pip then installs no OSS ``pyspark`` over
+Each line (``LINES``) has two venvs:
+
+- the client (``.venv-dbconnect`` for 17, ``.venv-dbconnect18`` for 18), as a Databricks
+  Connect user has it: ``databricks-connect`` (newest of the line: 17.3, whose bundled
+  pyspark is Spark 4.0; 18.3, Spark 4.1), then the project's wheel installed by pip with its
+  normal dependencies (never ``--no-deps``: that pip then installs no OSS ``pyspark`` over
   Databricks Connect's is what is tested), then what the tests import (pytest, and nbclient
-  with an ipykernel for the notebook run).
-- ``.venv-dbserver``: the local OSS Spark Connect server's side: OSS ``pyspark[connect]`` of
-  the same Spark line (4.0.x), ``pandas<3`` and the project. The server's Python workers
-  unpickle the client's functions, so this venv has the client's Python (3.12) too.
+  with an ipykernel for the notebook run). All with pip, as a user installs.
+- the local OSS Spark Connect server's side (``.venv-dbserver``, ``.venv-dbserver41``): OSS
+  ``pyspark[connect]`` of the line's Spark (4.0.x, 4.1.x), ``pandas<3`` and the project. The
+  server's Python workers unpickle the client's functions, so this venv has the client's
+  Python (3.12) too. No user installs it: it is filled with uv where the main venv has it
+  (``tests/peers/venv_install.py``, as ``./dev`` fills the Spark lines' venvs), else pip.
 
 A venv is created anew when its requirements or its interpreter changed (or it no longer
 runs); when only the wheel's content changed, the project alone is reinstalled. A stamp file
@@ -29,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,15 +45,33 @@ sys.path.insert(0, str(ROOT / "tests" / "peers"))
 from project_wheel import project_wheel  # noqa: E402 - tests/peers, put on the path just above
 
 STAMP = ".pyspark-reactive-stamp.json"
-# Databricks Connect's newest 17.x line: Spark 4.0, Python 3.12 only.
-DATABRICKS_CONNECT = "databricks-connect==17.3.*"
+
+
+@dataclass(frozen=True)
+class Line:
+    """A Databricks Connect line: its client requirement, the OSS Spark line it speaks (the
+    local server's), and the two venvs' folder names."""
+
+    client: str
+    spark: str
+    client_venv: str
+    server_venv: str
+
+    @property
+    def server_requirements(self) -> list[str]:
+        return [f"pyspark[connect]=={self.spark}.*", "pandas>=2.0,<3"]
+
+
+# Each line's newest release; Python 3.12 only.
+LINES = {
+    "17": Line("databricks-connect==17.3.*", "4.0", ".venv-dbconnect", ".venv-dbserver"),
+    "18": Line("databricks-connect==18.3.*", "4.1", ".venv-dbconnect18", ".venv-dbserver41"),
+}
 # What the client's tests import besides the project (the notebook run: nbclient, a kernel,
 # psutil for its processes, matplotlib for the plots).
 CLIENT_TEST_REQUIREMENTS = ["pytest>=8", "pytest-timeout>=2.3", "nbformat>=5.10",
                             "nbclient>=0.10", "ipykernel>=6.29", "psutil>=5.9",
                             "matplotlib>=3.8"]
-# The server: OSS Spark Connect of the line Databricks Connect 17.x speaks (Spark 4.0).
-SERVER_REQUIREMENTS = ["pyspark[connect]==4.0.*", "pandas>=2.0,<3"]
 PIP_TIMEOUT_S = 1200
 
 
@@ -66,17 +92,35 @@ def wheel_digest(wheel: Path) -> str:
 
 def run_pip(python: Path, args: list[str], what: str) -> None:
     """``python -m pip install ...``; on failure an error naming ``what`` with pip's output."""
-    command = [str(python), "-m", "pip", *args]
+    _run([str(python), "-m", "pip", *args], what, "pip")
+
+
+def _run(command: list[str], what: str, tool: str) -> None:
     print(f"environments: {what}", file=sys.stderr, flush=True)
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired as error:
-        raise EnvironmentError_(f"{what}: pip did not finish in {PIP_TIMEOUT_S} s "
+        raise EnvironmentError_(f"{what}: {tool} did not finish in {PIP_TIMEOUT_S} s "
                                 f"({' '.join(command)})") from error
     if result.returncode != 0:
         raise EnvironmentError_(
             f"{what} failed (exit {result.returncode}): {' '.join(command)}\n"
-            f"--- pip's output ---\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+            f"--- {tool}'s output ---\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+
+
+def uv_available() -> bool:
+    """Whether ``tests/peers/venv_install.py`` can run from this interpreter (uv beside it)."""
+    return (Path(sys.executable).parent / "uv").is_file()
+
+
+def install(python: Path, requirements: list[str], what: str, uv: bool) -> None:
+    """``requirements`` into the venv of ``python``: with uv under pip's settings
+    (``venv_install.py``) when ``uv``, else ``pip install``."""
+    if uv:
+        _run([sys.executable, str(ROOT / "tests" / "peers" / "venv_install.py"), str(python),
+              *requirements], what, "uv")
+    else:
+        run_pip(python, ["install", "--quiet", *requirements], what)
 
 
 def interpreter_version(python: Path) -> str:
@@ -87,7 +131,7 @@ def interpreter_version(python: Path) -> str:
     version = result.stdout.strip()
     if not version.startswith("3.12."):
         raise EnvironmentError_(f"{python} is Python {version.split()[0]}; Databricks Connect "
-                                "17.x needs Python 3.12 exactly")
+                                "17 and 18 need Python 3.12 exactly")
     return version
 
 
@@ -101,9 +145,10 @@ def has_pyspark_distribution(python: Path) -> str | None:
 
 
 def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
-           wheel_spec: str, extra: list[str], client: bool) -> Path:
-    """Bring ``venv`` to hold ``base`` (pip installs, in order), the project from ``wheel``
-    (as ``wheel_spec``) with its dependencies, then ``extra``; return its interpreter."""
+           wheel_spec: str, extra: list[str], client: bool, uv: bool = False) -> Path:
+    """Bring ``venv`` to hold ``base`` (installs, in order), the project from ``wheel``
+    (as ``wheel_spec``) with its dependencies, then ``extra``; return its interpreter.
+    With pip, as a user installs, unless ``uv``."""
     python = venv / "bin" / "python"
     stamp_file = venv / STAMP
     want_base = {"python": interpreter_version(base_python), "base": base, "extra": extra,
@@ -124,14 +169,17 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
                   "changed)", file=sys.stderr, flush=True)
             shutil.rmtree(venv)
         subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True, timeout=300)
-        run_pip(python, ["install", "--quiet", "--upgrade", "pip"], f"{venv.name}: pip itself")
+        if not uv:
+            run_pip(python, ["install", "--quiet", "--upgrade", "pip"],
+                    f"{venv.name}: pip itself")
         for requirements in base:
-            # Compiled at install (no --no-compile): where PYTHONDONTWRITEBYTECODE=1 (as
-            # on this machine) no import keeps a .pyc, and every Python process, each
-            # of Spark's workers among them, compiled pyspark anew (its Connect
-            # foreachBatch worker then missed its 10 s to connect back on a loaded machine).
-            run_pip(python, ["install", "--quiet", *requirements],
-                    f"{venv.name}: installing {' '.join(requirements)}")
+            # Compiled at install (pip's default; uv's --compile-bytecode): where
+            # PYTHONDONTWRITEBYTECODE=1 (as on this machine) no import keeps a .pyc, and
+            # every Python process, each of Spark's workers among them, compiled pyspark
+            # anew (its Connect foreachBatch worker then missed its 10 s to connect back
+            # on a loaded machine).
+            install(python, requirements, f"{venv.name}: installing {' '.join(requirements)}",
+                    uv)
     elif have.get("wheel") == want_wheel:
         return python
     else:
@@ -140,11 +188,10 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
                 f"{venv.name}: removing the previous build of the project")
     stamp_file.unlink(missing_ok=True)
     # The project as a user installs it: its normal dependencies, resolved by pip.
-    run_pip(python, ["install", "--quiet", wheel_spec],
-            f"{venv.name}: installing the project ({wheel.name}) with its dependencies")
+    install(python, [wheel_spec],
+            f"{venv.name}: installing the project ({wheel.name}) with its dependencies", uv)
     if extra:
-        run_pip(python, ["install", "--quiet", *extra],
-                f"{venv.name}: installing what the tests import")
+        install(python, extra, f"{venv.name}: installing what the tests import", uv)
     if client:
         oss = has_pyspark_distribution(python)
         if oss is not None:
@@ -166,15 +213,21 @@ def main(argv: list[str] | None = None) -> int:
                              "built from the checkout with python -m build)")
     parser.add_argument("--root", type=Path, default=ROOT,
                         help="where the venvs go (default: the checkout)")
+    parser.add_argument("--line", choices=sorted(LINES), default="17",
+                        help="the Databricks Connect line (default: 17): "
+                             + "; ".join(f"{name}: {line.client}, a Spark {line.spark} server"
+                                         for name, line in sorted(LINES.items())))
     args = parser.parse_args(argv)
+    line = LINES[args.line]
     wheel = (args.wheel or project_wheel()).resolve()
     try:
         if not wheel.is_file():
             raise EnvironmentError_(f"no wheel at {wheel}")
-        client = ensure(args.root / ".venv-dbconnect", args.python312, [[DATABRICKS_CONNECT]],
+        client = ensure(args.root / line.client_venv, args.python312, [[line.client]],
                         wheel, str(wheel), CLIENT_TEST_REQUIREMENTS, client=True)
-        server = ensure(args.root / ".venv-dbserver", args.python312, [SERVER_REQUIREMENTS],
-                        wheel, str(wheel), [], client=False)
+        server = ensure(args.root / line.server_venv, args.python312,
+                        [line.server_requirements], wheel, str(wheel), [], client=False,
+                        uv=uv_available())
     except EnvironmentError_ as error:
         print(f"environments: error: {error}", file=sys.stderr)
         return 1

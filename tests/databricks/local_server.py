@@ -83,7 +83,9 @@ def server_python() -> Path:
             "Connect server's venv. Make the venvs with 'python tests/databricks/"
             "environments.py --python312 PATH' and set it to the DBSERVER_PYTHON it prints "
             "(./dev test does both)")
-    path = Path(named)
+    # Absolute, not resolved: the server runs in a folder of its own, and a venv's python
+    # is a link that must stay the venv's.
+    path = Path(named).absolute()
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"{SERVER_PYTHON_VARIABLE}={named} is not an executable")
     return path

@@ -1,9 +1,9 @@
-"""The connector through a ``DatabricksSession`` (Databricks Connect 17.x, Spark 4.0) of a local
+"""The connector through a ``DatabricksSession`` (Databricks Connect 17.3 or 18.3) of a local
 OSS Spark Connect server: the source by name, ``read_stream``, ``publish()`` over several
 micro-batches with a slow subscriber, and the foreach writer with subscribers in the
 server's Python workers.
 
-On Spark 4.0 an ``availableNow`` run reads one micro-batch (the source cannot see the
+On Spark 4.0 and 4.1 an ``availableNow`` run reads one micro-batch (the source cannot see the
 trigger), so the streams here run with the default trigger and are stopped once Spark's
 progress (posted to a listener) shows every row.
 """
@@ -152,15 +152,18 @@ def check_served_on_the_server(folder: Path, server: LocalConnectServer, rows: i
 
 
 _TOKENLESS = """
-import json, sys
+import json, os, sys
 from pyspark.sql.connect.session import SparkSession
 
 try:
     spark = SparkSession(connection=sys.argv[1])  # the server's address with no token
     spark.release_session_on_close = False
-    print(json.dumps({"ran": spark.range(3).count()}))
+    print(json.dumps({"ran": spark.range(3).count()}), flush=True)
 except Exception as error:
-    print(json.dumps({"error": f"{type(error).__name__}: {error}"[:600]}))
+    print(json.dumps({"error": f"{type(error).__name__}: {error}"[:600]}), flush=True)
+# Out at once: Databricks Connect 18's exit hooks (a cache clean-up, a session release)
+# retry against a server that refuses them, for minutes.
+os._exit(0)
 """
 
 

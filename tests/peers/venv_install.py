@@ -106,7 +106,13 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
     command = [str(uv), "pip", "install", "--quiet", "--python", target, "--compile-bytecode",
                *options, *requirements]
-    return subprocess.run(command, env={**os.environ, **environment}).returncode
+    installed = subprocess.run(command, env={**os.environ, **environment}).returncode
+    if installed == 0:
+        # pyspark is an sdist only, and uv builds it anew at each install here (the index
+        # does not let it keep the download it made), keeping each build of 0.9 GB: 42 GB
+        # after a day of runs filled this machine's disk. What no venv uses goes.
+        subprocess.run([str(uv), "cache", "prune", "--quiet"], env={**os.environ, **environment})
+    return installed
 
 
 if __name__ == "__main__":
