@@ -68,8 +68,15 @@ FAULT_DEADLINE_S = 40.0
 START_TIMEOUT_S = 240.0  # JVM start to the first batch, on a loaded machine
 FINAL_TIMEOUT_S = 600.0
 LOST_LISTED = 2000  # lost rows listed one by one in the JSON
-# plain: no row signalled more than walSyncMs + this before its kill may be lost.
+# plain: what a kill may lose is the log's group commit in flight and what came after it:
+# the newest rows of the run, a tail. A lost row signalled before a row the log kept is a
+# hole: a failure. How old that tail may be depends on how long a commit takes: walSyncMs
+# between commits, plus the write and fsync, which a loaded machine stretches (one run
+# beside CI's other lane lost rows signalled 268 ms before the kill, at walSyncMs 50).
+# Reported: the rows lost from more than walSyncMs + MARGIN_MS before their kill. Failed:
+# a row lost from more than STALE_MS before it, a log that fell that far behind.
 MARGIN_MS = 100.0
+STALE_MS = 2000.0
 # Every process of a run inherits this variable; its value names the trial.
 TAG = "PYSPARK_REACTIVE_CRASH_TRIAL"
 CRASH_AT = "PYSPARK_REACTIVE_CRASH_AT"
@@ -186,7 +193,9 @@ class KindResult:
     lost: int = 0
     lost_rows: list[dict[str, Any]] = field(default_factory=list)  # the first LOST_LISTED
     lost_by_run: dict[int, dict[str, Any]] = field(default_factory=dict)
-    lost_beyond_window: int = 0
+    lost_beyond_window: int = 0  # lost, signalled over walSyncMs + MARGIN_MS before the kill
+    holes: int = 0  # lost, signalled before a row of the same run that the sink holds
+    stale: int = 0  # lost, signalled over STALE_MS before the kill (or in the final run)
     duplicated: int = 0
     unexpected: int = 0  # values in the sink no publisher emitted
     failures: list[str] = field(default_factory=list)
@@ -400,6 +409,12 @@ def _compare(result: KindResult, folder: Path, wal_sync_ms: int) -> None:
     result.duplicated = sum(c - 1 for c in counts.values() if c > 1)
     result.unexpected = sum(1 for v in counts if v not in last)
     window_ms = wal_sync_ms + MARGIN_MS
+    # The newest signal of each run whose row the sink holds: a lost row before it is a hole.
+    newest_kept: dict[int, float] = {}
+    for value, emission in last.items():
+        if value in counts:
+            newest_kept[emission.run] = max(newest_kept.get(emission.run, emission.time),
+                                            emission.time)
     befores: dict[int, list[float | None]] = collections.defaultdict(list)
     for value in sorted(v for v in last if v not in counts):
         emission = last[value]
@@ -411,6 +426,10 @@ def _compare(result: KindResult, folder: Path, wal_sync_ms: int) -> None:
                                      "ms_before_kill": before})
         if before is None or before > window_ms:
             result.lost_beyond_window += 1
+        if before is None or before > STALE_MS:
+            result.stale += 1
+        if emission.time < newest_kept.get(emission.run, float("-inf")):
+            result.holes += 1
         befores[emission.run].append(before)
     for run, values in sorted(befores.items()):
         known = [v for v in values if v is not None]  # None: the run was not killed
@@ -420,10 +439,12 @@ def _compare(result: KindResult, folder: Path, wal_sync_ms: int) -> None:
     if result.unexpected:
         result.failures.append(f"{result.unexpected} values in the sink were never emitted")
     if result.kind == "plain":
-        if result.lost_beyond_window:
-            result.failures.append(f"{result.lost_beyond_window} rows lost that were signalled "
-                                   f"more than {window_ms:.0f} ms before their kill (or in "
-                                   "the final run)")
+        if result.holes:
+            result.failures.append(f"{result.holes} rows lost that were signalled before a "
+                                   "row of their run that the sink holds")
+        if result.stale:
+            result.failures.append(f"{result.stale} rows lost that were signalled more than "
+                                   f"{STALE_MS:.0f} ms before their kill (or in the final run)")
     elif result.lost:
         result.failures.append(f"{result.lost} rows lost")
     if result.kind != "acknowledging" and result.duplicated:
@@ -432,7 +453,7 @@ def _compare(result: KindResult, folder: Path, wal_sync_ms: int) -> None:
 
 def _table(results: Sequence[KindResult], wal_sync_ms: int) -> str:
     window = f"lost >{wal_sync_ms + MARGIN_MS:.0f}ms"
-    header = ("kind", "runs", "kills", "emitted", "committed", "lost", window,
+    header = ("kind", "runs", "kills", "emitted", "committed", "lost", window, "holes",
               "max ms before kill", "duplicated", "accepted")
     rows = [header]
     for r in results:
@@ -440,7 +461,7 @@ def _table(results: Sequence[KindResult], wal_sync_ms: int) -> str:
                   if x["max_ms_before_kill"] is not None]
         rows.append((r.kind, str(len(r.runs)), str(r.kills), str(r.emitted),
                      str(r.committed_rows), str(r.lost), str(r.lost_beyond_window),
-                     f"{max(before):.0f}" if before else "-", str(r.duplicated),
+                     str(r.holes), f"{max(before):.0f}" if before else "-", str(r.duplicated),
                      "yes" if r.accepted else "NO"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w)
