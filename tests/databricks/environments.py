@@ -17,8 +17,9 @@ Each line (``LINES``) has two venvs:
 - the local OSS Spark Connect server's side (``.venv-dbserver``, ``.venv-dbserver41``): OSS
   ``pyspark[connect]`` of the line's Spark (4.0.x, 4.1.x), ``pandas<3`` and the project. The
   server's Python workers unpickle the client's functions, so this venv has the client's
-  Python (3.12) too. No user installs it: it is filled with uv where the main venv has it
-  (``tests/peers/venv_install.py``, as ``./dev`` fills the Spark lines' venvs), else pip.
+  Python (3.12) too. pip fills it as well: pyspark is an sdist, and pip keeps the wheel it
+  builds in its cache, where uv here built it anew each time (205 s for the two venvs of
+  17 beside CI's other lane, against 137 s with pip).
 
 A venv is created anew when its requirements or its interpreter changed (or it no longer
 runs); when only the wheel's content changed, the project alone is reinstalled. A stamp file
@@ -92,35 +93,17 @@ def wheel_digest(wheel: Path) -> str:
 
 def run_pip(python: Path, args: list[str], what: str) -> None:
     """``python -m pip install ...``; on failure an error naming ``what`` with pip's output."""
-    _run([str(python), "-m", "pip", *args], what, "pip")
-
-
-def _run(command: list[str], what: str, tool: str) -> None:
+    command = [str(python), "-m", "pip", *args]
     print(f"environments: {what}", file=sys.stderr, flush=True)
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired as error:
-        raise EnvironmentError_(f"{what}: {tool} did not finish in {PIP_TIMEOUT_S} s "
+        raise EnvironmentError_(f"{what}: pip did not finish in {PIP_TIMEOUT_S} s "
                                 f"({' '.join(command)})") from error
     if result.returncode != 0:
         raise EnvironmentError_(
             f"{what} failed (exit {result.returncode}): {' '.join(command)}\n"
-            f"--- {tool}'s output ---\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
-
-
-def uv_available() -> bool:
-    """Whether ``tests/peers/venv_install.py`` can run from this interpreter (uv beside it)."""
-    return (Path(sys.executable).parent / "uv").is_file()
-
-
-def install(python: Path, requirements: list[str], what: str, uv: bool) -> None:
-    """``requirements`` into the venv of ``python``: with uv under pip's settings
-    (``venv_install.py``) when ``uv``, else ``pip install``."""
-    if uv:
-        _run([sys.executable, str(ROOT / "tests" / "peers" / "venv_install.py"), str(python),
-              *requirements], what, "uv")
-    else:
-        run_pip(python, ["install", "--quiet", *requirements], what)
+            f"--- pip's output ---\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
 
 
 def interpreter_version(python: Path) -> str:
@@ -145,10 +128,9 @@ def has_pyspark_distribution(python: Path) -> str | None:
 
 
 def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
-           wheel_spec: str, extra: list[str], client: bool, uv: bool = False) -> Path:
-    """Bring ``venv`` to hold ``base`` (installs, in order), the project from ``wheel``
-    (as ``wheel_spec``) with its dependencies, then ``extra``; return its interpreter.
-    With pip, as a user installs, unless ``uv``."""
+           wheel_spec: str, extra: list[str], client: bool) -> Path:
+    """Bring ``venv`` to hold ``base`` (pip installs, in order), the project from ``wheel``
+    (as ``wheel_spec``) with its dependencies, then ``extra``; return its interpreter."""
     python = venv / "bin" / "python"
     stamp_file = venv / STAMP
     want_base = {"python": interpreter_version(base_python), "base": base, "extra": extra,
@@ -169,17 +151,14 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
                   "changed)", file=sys.stderr, flush=True)
             shutil.rmtree(venv)
         subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True, timeout=300)
-        if not uv:
-            run_pip(python, ["install", "--quiet", "--upgrade", "pip"],
-                    f"{venv.name}: pip itself")
+        run_pip(python, ["install", "--quiet", "--upgrade", "pip"], f"{venv.name}: pip itself")
         for requirements in base:
-            # Compiled at install (pip's default; uv's --compile-bytecode): where
-            # PYTHONDONTWRITEBYTECODE=1 (as on this machine) no import keeps a .pyc, and
-            # every Python process, each of Spark's workers among them, compiled pyspark
-            # anew (its Connect foreachBatch worker then missed its 10 s to connect back
-            # on a loaded machine).
-            install(python, requirements, f"{venv.name}: installing {' '.join(requirements)}",
-                    uv)
+            # Compiled at install (no --no-compile): where PYTHONDONTWRITEBYTECODE=1 (as
+            # on this machine) no import keeps a .pyc, and every Python process, each
+            # of Spark's workers among them, compiled pyspark anew (its Connect
+            # foreachBatch worker then missed its 10 s to connect back on a loaded machine).
+            run_pip(python, ["install", "--quiet", *requirements],
+                    f"{venv.name}: installing {' '.join(requirements)}")
     elif have.get("wheel") == want_wheel:
         return python
     else:
@@ -188,10 +167,11 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
                 f"{venv.name}: removing the previous build of the project")
     stamp_file.unlink(missing_ok=True)
     # The project as a user installs it: its normal dependencies, resolved by pip.
-    install(python, [wheel_spec],
-            f"{venv.name}: installing the project ({wheel.name}) with its dependencies", uv)
+    run_pip(python, ["install", "--quiet", wheel_spec],
+            f"{venv.name}: installing the project ({wheel.name}) with its dependencies")
     if extra:
-        install(python, extra, f"{venv.name}: installing what the tests import", uv)
+        run_pip(python, ["install", "--quiet", *extra],
+                f"{venv.name}: installing what the tests import")
     if client:
         oss = has_pyspark_distribution(python)
         if oss is not None:
@@ -226,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         client = ensure(args.root / line.client_venv, args.python312, [[line.client]],
                         wheel, str(wheel), CLIENT_TEST_REQUIREMENTS, client=True)
         server = ensure(args.root / line.server_venv, args.python312,
-                        [line.server_requirements], wheel, str(wheel), [], client=False,
-                        uv=uv_available())
+                        [line.server_requirements], wheel, str(wheel), [], client=False)
     except EnvironmentError_ as error:
         print(f"environments: error: {error}", file=sys.stderr)
         return 1
