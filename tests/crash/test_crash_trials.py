@@ -6,7 +6,7 @@ seeded moments and fault points), restarts it with the same checkpoint and log, 
 settle, and compares what the publisher recorded before each ``on_next`` with what the sink
 committed. A plain publisher never hands a value out twice, so a row the source held only
 in memory at a kill is gone: what a kill loses must be a tail of its run (no row lost that
-was signalled before one the sink holds, none signalled 2 s before the kill), and none may
+was signalled before one the sink holds, none signalled more than 2 s before the kill), and none may
 reach the sink twice. Runs in a pytest process of
 its own (see tests/conftest.py); the full trials are in docs/explanation/crash-trials.md.
 """
@@ -46,8 +46,8 @@ def test_a_plain_publisher_loses_nothing_older_than_a_sync_across_three_kills(
     assert done.returncode == 0, summary
 
 
-def _verdict(tmp_path: Path, committed: list[int]) -> Any:
-    # Run 1 signalled 0..9, one every 100 ms from t=1000 s, and was killed at t=1001 s;
+def _verdict(tmp_path: Path, committed: list[int], killed: float = 1001.0) -> Any:
+    # Run 1 signalled 0..9, one every 100 ms from t=1000 s, and was killed at t=``killed``;
     # the final run 2 signalled 10..11.
     sys.path.insert(0, str(TRIALS.parent))
     import crash_trials
@@ -59,7 +59,7 @@ def _verdict(tmp_path: Path, committed: list[int]) -> Any:
     (folder / "emitted").write_text("\n".join(lines) + "\n")
     (folder / "committed").write_text("".join(f"{v}\n" for v in committed))
     result = crash_trials.KindResult("plain", runs=[
-        crash_trials.Run(1, "delay 1 s", "killed", killed=1001.0),
+        crash_trials.Run(1, "delay 1 s", "killed", killed=killed),
         crash_trials.Run(2, "final", "finished")])
     crash_trials._compare(result, folder, 50)
     return result
@@ -77,3 +77,14 @@ def test_the_verdict_accepts_a_lost_tail_and_fails_a_hole_or_a_stale_loss(
     final = _verdict(tmp_path / "final", list(range(11)))  # 11 lost in the final run
     assert (final.lost, final.holes, final.stale) == (1, 0, 1)
     assert len(final.failures) == 1 and "more than 2000 ms" in final.failures[0]
+    nothing_kept = _verdict(tmp_path / "none", [10, 11])  # the kill lost all of run 1
+    assert (nothing_kept.lost, nothing_kept.holes, nothing_kept.stale) == (10, 0, 0)
+    assert nothing_kept.failures == []
+
+
+def test_the_verdict_fails_a_tail_lost_long_before_its_kill(tmp_path: Path) -> None:
+    # A log that fell 2 s behind: run 1's last rows were signalled over 2 s before the kill.
+    stale = _verdict(tmp_path, [0, 1, 2, 3, 4, 10, 11], killed=1003.0)
+    assert (stale.lost, stale.holes, stale.stale) == (5, 0, 5)
+    assert stale.failures == ["5 rows lost that were signalled more than 2000 ms before "
+                              "their kill (or in the final run)"]

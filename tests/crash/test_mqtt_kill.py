@@ -160,7 +160,8 @@ def test_a_killed_query_loses_no_message_of_a_persistent_session(tmp_path: Path)
         assert at_kill < MESSAGES, "the publisher had finished: no kill during the flow"
 
         child = _spawn(tmp_path, broker, topic, client_id, 2, tag, final=True)
-        assert child.wait(timeout=2 * START_S) == 0, (tmp_path / "run-2.log").read_text()[-3000:]
+        log = tmp_path / "run-2.log"
+        assert child.wait(timeout=2 * START_S + 60) == 0, log.read_text()[-3000:]
         publishing.join(60)
     finally:
         if child is not None:

@@ -1,8 +1,9 @@
 """A local OSS Spark Connect server for Databricks Connect to talk to, as a process of its own.
 
 The JVM's ``SparkConnectServer``, started with ``bin/spark-submit`` of the server venv's
-pyspark (``.venv-dbserver``, made by ``environments.py``), listening on 127.0.0.1 on a free
-port, and asking every client for a random token that reaches it through its environment
+pyspark (``.venv-dbserver`` or ``.venv-dbserver41``, made by ``environments.py``),
+listening on 127.0.0.1 on a free port, and asking every client for a random token that
+reaches it through its environment
 (``SPARK_CONNECT_AUTHENTICATE_TOKEN``), never its command line. Its Python processes
 (source runners, the ``foreachBatch`` worker, executors' workers) run the server venv's
 interpreter, which must be the client's Python version: they unpickle the client's

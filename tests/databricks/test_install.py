@@ -2,7 +2,8 @@
 Databricks Connect's own pyspark alone: pip sees no ``pyspark``, and every file of
 Databricks Connect's ``pyspark/`` is the one it installed.
 
-This process is that venv's interpreter (``.venv-dbconnect``, made by environments.py).
+This process is that venv's interpreter (``.venv-dbconnect`` or ``.venv-dbconnect18``, made
+by environments.py).
 """
 
 from __future__ import annotations

@@ -110,8 +110,10 @@ def main(argv: list[str]) -> int:
     if installed == 0:
         # pyspark is an sdist only, and uv builds it anew at each install here (the index
         # does not let it keep the download it made), keeping each build of 0.9 GB: 42 GB
-        # after a day of runs filled this machine's disk. What no venv uses goes.
-        subprocess.run([str(uv), "cache", "prune", "--quiet"], env={**os.environ, **environment})
+        # after a day of runs filled this machine's disk. Prune removes what the cache
+        # itself no longer refers to (the older builds); it does not look at venvs.
+        subprocess.run([str(uv), "cache", "prune", "--quiet"],
+                       env={**os.environ, **environment}, timeout=600)
     return installed
 
 
