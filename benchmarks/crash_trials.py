@@ -28,8 +28,8 @@ was signalled before a row the sink holds, none signalled more than 2 s before t
 those older than ``walSyncMs`` + 100 ms are counted), none duplicated; ``resumable``: none
 lost, none duplicated; ``acknowledging``: none lost (duplicates are counted, not
 limited). Every run must end by a kill and the final run must finish. The exit status is
-1 when a kind misses its acceptance. ``--out`` gets ``crash_trials.json`` and a folder per kind (checkpoint, log,
-sink, emission record, each run's output).
+1 when a kind misses its acceptance. ``--out`` gets ``crash_trials.json`` and a folder per
+kind (checkpoint, log, sink, emission record, each run's output).
 """
 
 from __future__ import annotations
