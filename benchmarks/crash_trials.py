@@ -413,12 +413,11 @@ def _compare(result: KindResult, folder: Path, wal_sync_ms: int) -> None:
     # The newest signal of each run whose row the sink holds: a lost row signalled before
     # it is a hole. Signal order is the file's order (each on_next appends its line first),
     # not the clock, which may step or repeat a reading.
-    order = {id(e): i for i, e in enumerate(emissions)}
+    position = {e.value: i for i, e in enumerate(emissions)}  # of each value's last signal
     newest_kept: dict[int, int] = {}
     for value, emission in last.items():
         if value in counts:
-            at = order[id(emission)]
-            newest_kept[emission.run] = max(newest_kept.get(emission.run, at), at)
+            newest_kept[emission.run] = max(newest_kept.get(emission.run, -1), position[value])
     befores: dict[int, list[float | None]] = collections.defaultdict(list)
     for value in sorted(v for v in last if v not in counts):
         emission = last[value]
@@ -432,7 +431,7 @@ def _compare(result: KindResult, folder: Path, wal_sync_ms: int) -> None:
             result.lost_beyond_window += 1
         if before is None or before > STALE_MS:
             result.stale += 1
-        if order[id(emission)] < newest_kept.get(emission.run, -1):
+        if position[value] < newest_kept.get(emission.run, -1):
             result.holes += 1
         befores[emission.run].append(before)
     for run, values in sorted(befores.items()):
