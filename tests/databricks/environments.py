@@ -17,9 +17,9 @@ Each line (``LINES``) has two venvs:
 - the local OSS Spark Connect server's side (``.venv-dbserver``, ``.venv-dbserver41``): OSS
   ``pyspark[connect]`` of the line's Spark (4.0.x, 4.1.x), ``pandas<3`` and the project. The
   server's Python workers unpickle the client's functions, so this venv has the client's
-  Python (3.12) too. pip fills it as well: pyspark is an sdist, and pip keeps the wheel it
-  builds in its cache, where uv here built it anew each time (205 s for the two venvs of
-  17 beside CI's other lane, against 137 s with pip).
+  Python (3.12) too. It stands for Databricks' side, not for a user's install: uv fills it
+  (``tests/peers/venv_install.py``, from its cache first, where pyspark's sdist is kept
+  built), and pip where the running interpreter has no uv beside it.
 
 A venv is created anew when its requirements or its interpreter changed (or it no longer
 runs); when only the wheel's content changed, the project alone is reinstalled. A stamp file
@@ -93,17 +93,31 @@ def wheel_digest(wheel: Path) -> str:
 
 def run_pip(python: Path, args: list[str], what: str) -> None:
     """``python -m pip install ...``; on failure an error naming ``what`` with pip's output."""
-    command = [str(python), "-m", "pip", *args]
     print(f"environments: {what}", file=sys.stderr, flush=True)
+    _run_installer([str(python), "-m", "pip", *args], what, "pip")
+
+
+def run_uv(python: Path, args: list[str], what: str) -> None:
+    """Installs ``args`` into ``python``'s venv with ``tests/peers/venv_install.py`` (uv,
+    under pip's settings, from uv's cache first); pip where no uv is beside this interpreter."""
+    if not (Path(sys.executable).parent / "uv").is_file():
+        run_pip(python, ["install", "--quiet", *args], what)
+        return
+    print(f"environments: {what} (uv)", file=sys.stderr, flush=True)
+    _run_installer([sys.executable, str(ROOT / "tests" / "peers" / "venv_install.py"),
+                    str(python), *args], what, "uv")
+
+
+def _run_installer(command: list[str], what: str, tool: str) -> None:
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired as error:
-        raise EnvironmentError_(f"{what}: pip did not finish in {PIP_TIMEOUT_S} s "
+        raise EnvironmentError_(f"{what}: {tool} did not finish in {PIP_TIMEOUT_S} s "
                                 f"({' '.join(command)})") from error
     if result.returncode != 0:
         raise EnvironmentError_(
             f"{what} failed (exit {result.returncode}): {' '.join(command)}\n"
-            f"--- pip's output ---\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+            f"--- {tool}'s output ---\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
 
 
 def interpreter_version(python: Path) -> str:
@@ -129,9 +143,17 @@ def has_pyspark_distribution(python: Path) -> str | None:
 
 def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
            wheel_spec: str, extra: list[str], client: bool) -> Path:
-    """Bring ``venv`` to hold ``base`` (pip installs, in order), the project from ``wheel``
-    (as ``wheel_spec``) with its dependencies, then ``extra``; return its interpreter."""
+    """Bring ``venv`` to hold ``base`` (installs, in order), the project from ``wheel``
+    (as ``wheel_spec``) with its dependencies, then ``extra``; return its interpreter. A
+    client's venv is filled by pip, as a user's; the server's by uv (``run_uv``)."""
     python = venv / "bin" / "python"
+
+    def install(args: list[str], what: str) -> None:
+        if client:
+            run_pip(python, ["install", "--quiet", *args], what)
+        else:
+            run_uv(python, args, what)
+
     stamp_file = venv / STAMP
     want_base = {"python": interpreter_version(base_python), "base": base, "extra": extra,
                  "wheel_spec": wheel_spec.replace(str(wheel), "WHEEL")}
@@ -151,14 +173,16 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
                   "changed)", file=sys.stderr, flush=True)
             shutil.rmtree(venv)
         subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True, timeout=300)
-        run_pip(python, ["install", "--quiet", "--upgrade", "pip"], f"{venv.name}: pip itself")
+        if client:
+            run_pip(python, ["install", "--quiet", "--upgrade", "pip"],
+                    f"{venv.name}: pip itself")
         for requirements in base:
-            # Compiled at install (no --no-compile): where PYTHONDONTWRITEBYTECODE=1 (as
-            # on this machine) no import keeps a .pyc, and every Python process, each
-            # of Spark's workers among them, compiled pyspark anew (its Connect
-            # foreachBatch worker then missed its 10 s to connect back on a loaded machine).
-            run_pip(python, ["install", "--quiet", *requirements],
-                    f"{venv.name}: installing {' '.join(requirements)}")
+            # Compiled at install (pip compiles; venv_install.py asks uv to): where
+            # PYTHONDONTWRITEBYTECODE=1 (as on this machine) no import keeps a .pyc, and
+            # every Python process, each of Spark's workers among them, compiled pyspark
+            # anew (its Connect foreachBatch worker then missed its 10 s to connect back
+            # on a loaded machine).
+            install(requirements, f"{venv.name}: installing {' '.join(requirements)}")
     elif have.get("wheel") == want_wheel:
         return python
     else:
@@ -167,11 +191,10 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
                 f"{venv.name}: removing the previous build of the project")
     stamp_file.unlink(missing_ok=True)
     # The project as a user installs it: its normal dependencies, resolved by pip.
-    run_pip(python, ["install", "--quiet", wheel_spec],
+    install([wheel_spec],
             f"{venv.name}: installing the project ({wheel.name}) with its dependencies")
     if extra:
-        run_pip(python, ["install", "--quiet", *extra],
-                f"{venv.name}: installing what the tests import")
+        install(extra, f"{venv.name}: installing what the tests import")
     if client:
         oss = has_pyspark_distribution(python)
         if oss is not None:

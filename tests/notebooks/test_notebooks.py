@@ -2,11 +2,15 @@
 
 Each runs in a kernel of its own (an ipykernel of this interpreter, so of the project's
 environment), at the small sizes of ``notebook_runs.SMALL`` written into its ``parameters``
-cell (the runner is ``notebook_runs.py``, which ``tests/serverless`` uses too), once with a
-classic local session and once as a Spark Connect client of a local server
-(``PYSPARK_REACTIVE_CONNECT=1``). A cell that raises fails the test; so does a plot cell
-without its picture, or a process the kernel started (Spark's JVM, its Python workers)
-that outlives the kernel. The committed notebooks must carry the outputs of a real run.
+cell (the runner is ``notebook_runs.py``, which ``tests/serverless`` uses too), each with
+a classic local session, and one also as a Spark Connect client of a local server of the
+newest pyspark (``PYSPARK_REACTIVE_CONNECT=1``: ``notebook_session()``'s own way there).
+``tests/serverless`` runs every notebook through Spark Connect (Databricks Connect 17's
+client, the serverless guard on): the notebooks take no other path under Connect, and
+three more Connect runs here cost about 2 minutes of CI's 50. A cell that raises fails
+the test; so does a plot cell without its picture, or a process the kernel started
+(Spark's JVM, its Python workers) that outlives the kernel. The committed notebooks must
+carry the outputs of a real run.
 
 Most of a run is Spark starting up and waiting, so the runs go two at a time: the first
 test to need a result starts them all, and each test waits for its own.
@@ -30,7 +34,8 @@ from notebook_runs import (  # noqa: F401 - kernel_spec is a fixture, used by na
     run,
 )
 
-SESSIONS = ("classic", "connect")
+# (notebook, session) runs: every notebook classic; one through Spark Connect.
+RUNS = [*((name, "classic") for name in sorted(SMALL)), ("backpressure.ipynb", "connect")]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +57,7 @@ def runs(request: pytest.FixtureRequest,
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("session", SESSIONS)
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize(("name", "session"), RUNS, ids=[f"{n}-{s}" for n, s in RUNS])
 def test_notebook_runs_top_to_bottom(name: str, session: str,
                                      runs: dict[tuple[str, str], Future[Any]]) -> None:
     notebook = runs[name, session].result()
