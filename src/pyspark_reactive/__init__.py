@@ -65,6 +65,7 @@ from .sink.publisher import (  # noqa: E402
 from .source.arrow_elements import arrow_batches  # noqa: E402
 from .source.options import OptionError  # noqa: E402
 from .source.reader import DefaultSource, read_stream  # noqa: E402
+from .source.shards import Shard, sharded  # noqa: E402
 
 __all__ = [
     "AvailableNowWarning",
@@ -74,6 +75,7 @@ __all__ = [
     "OnDemandPublisher",
     "OptionError",
     "PySparkReactiveError",
+    "Shard",
     "SparkConnectNotSupported",
     "SubscriberForeachWriter",
     "WhenStalled",
@@ -86,4 +88,5 @@ __all__ = [
     "publish_on_demand",
     "read_stream",
     "serve_publisher",
+    "sharded",
 ]

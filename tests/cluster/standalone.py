@@ -163,9 +163,10 @@ class StandaloneCluster:
     url: str  # spark://127.0.0.1:<port>
     web_ui: str  # the master's
     master: Daemon
-    worker: Daemon
+    worker: Daemon  # the first worker
     logs: Path
     secret: str  # spark.authenticate.secret, shared by the daemons and the driver
+    workers: tuple[Daemon, ...] = ()  # every worker, the first included
 
 
 def _wait_until(what: str, ready: Callable[[], bool], daemons: list[Daemon]) -> None:
@@ -181,9 +182,11 @@ def _wait_until(what: str, ready: Callable[[], bool], daemons: list[Daemon]) -> 
         daemons[-1].check(wait=_POLL_S)
 
 
-def start(directory: Path, daemons: list[Daemon]) -> StandaloneCluster:
-    """Start a master, then a worker registered with it; each daemon is appended to
-    ``daemons`` as soon as it is started, so the caller can stop them whatever happens."""
+def start(directory: Path, daemons: list[Daemon], workers: int = 1,
+          cores: int = WORKER_CORES) -> StandaloneCluster:
+    """Start a master, then ``workers`` workers of ``cores`` cores each, registered with
+    it; each daemon is appended to ``daemons`` as soon as it is started, so the caller can
+    stop them whatever happens."""
     conf_dir = directory / "conf"  # empty: Spark's default log4j profile, nothing of ours
     conf_dir.mkdir()
     secret = secrets.token_hex(32)
@@ -207,16 +210,23 @@ def start(directory: Path, daemons: list[Daemon]) -> StandaloneCluster:
     daemons.append(master)
     _wait_until("the master's web UI", lambda: (master_state(web_ui) or {}).get("url") == url,
                 daemons)
-    worker = Daemon("worker", [
-        "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-        "--webui-port", str(worker_ui), "--cores", str(WORKER_CORES), "--memory", "1g",
-        "--work-dir", str(directory / "work"), "--properties-file", str(properties), url],
-        env, directory)
-    daemons.append(worker)
+    started = []
+    for number in range(workers):
+        name = "worker" if number == 0 else f"worker{number + 1}"
+        work = directory / ("work" if number == 0 else f"work-{name}")
+        worker = Daemon(name, [
+            "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+            "--webui-port", str(worker_ui if number == 0 else free_port()), "--cores",
+            str(cores), "--memory", "1g", "--work-dir", str(work),
+            "--properties-file", str(properties), url], env, directory)
+        daemons.append(worker)
+        started.append(worker)
 
     def registered() -> bool:
         state = master_state(web_ui) or {}
-        return state.get("aliveworkers", 0) >= 1 and state.get("cores", 0) >= WORKER_CORES
+        return (state.get("aliveworkers", 0) >= workers
+                and state.get("cores", 0) >= workers * cores)
 
-    _wait_until("the worker's registration with the master", registered, daemons)
-    return StandaloneCluster(url, web_ui, master, worker, directory, secret)
+    _wait_until("the workers' registration with the master", registered, daemons)
+    return StandaloneCluster(url, web_ui, master, started[0], directory, secret,
+                             tuple(started))

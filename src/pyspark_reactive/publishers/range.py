@@ -12,6 +12,7 @@ from reactive_streams import IterablePublisher, Publisher, RangePublisher
 from reactive_streams.api import UNBOUNDED
 
 from ..source.options import OptionError, OptionSpec, OptionSpecs
+from ..source.shards import sharded
 
 __all__ = ["OPTION_SPECS", "range_publisher"]
 
@@ -31,6 +32,9 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     ``k`` of the stream is always ``start + k``, so a restarted query's publisher begins
     right after the last element the write-ahead log holds (``options.resume``, see
     :mod:`pyspark_reactive.source.durability`), and a hard kill loses and repeats nothing.
+    It is sharded (:func:`~pyspark_reactive.sharded`): with the source's option ``shards``
+    (n), shard i signals ``start + i``, ``start + i + n``, ..., its element ``k`` being
+    ``start + i + k * n``, and ``rowsPerSecond`` is shared among the shards.
 
     Parameters
     ----------
@@ -62,28 +66,41 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     count = OPTION_SPECS.read(lower, "count")
     stop = UNBOUNDED if count is None else start + count
     resume = getattr(options, "resume", None)
-    first = min(stop, start + (resume.offset if resume is not None else 0))
+    skipped = resume.offset if resume is not None else 0
     rate_text = OPTION_SPECS.given(lower, "rowsPerSecond")
-    if rate_text is None:
+    rate = None
+    if rate_text is not None:
+        try:
+            rate = float(rate_text)
+        except ValueError:
+            rate = -1.0
+        if not rate > 0:
+            raise OptionError("rowsPerSecond", rate_text, "a positive number")
+    shard = getattr(options, "shard", None)
+    if shard is not None:
+        # Shard i of n: the integers start + i, start + i + n, ...; its element k is
+        # start + i + k * n, and the rate is shared among the shards.
+        first = min(stop, start + shard.index + skipped * shard.count)
+        step = shard.count
+        if rate is None:
+            return IterablePublisher(lambda: iter(range(first, stop, step)))
+        return IterablePublisher(lambda: _paced(range(first, stop, step), rate / step))
+    first = min(stop, start + skipped)
+    if rate is None:
         return RangePublisher(first, stop - first)
-    try:
-        rate = float(rate_text)
-    except ValueError:
-        rate = -1.0
-    if not rate > 0:
-        raise OptionError("rowsPerSecond", rate_text, "a positive number")
-    return IterablePublisher(lambda: _paced(first, stop, rate))
+    return IterablePublisher(lambda: _paced(range(first, stop), rate))
 
 
+range_publisher = sharded(range_publisher)
 range_publisher.default_schema = lambda options: "value BIGINT"  # type: ignore[attr-defined]
 range_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 
 
-def _paced(start: int, stop: int, rate: float) -> Iterator[int]:
+def _paced(values: range, rate: float) -> Iterator[int]:
     # Element k is due at began + k / rate; sleeping only until the next one is due keeps
     # the rate exact over time and lets a cancel take effect within one interval.
     began = time.monotonic()
-    for k, value in enumerate(range(start, stop)):
+    for k, value in enumerate(values):
         delay = began + k / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)

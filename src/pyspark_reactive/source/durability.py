@@ -21,6 +21,12 @@ A publisher over an upstream that redelivers what was not acknowledged (an MQTT 
 session, a message queue) acknowledges them upstream then. A kill can then repeat only
 elements that were durable and not yet acknowledged; see docs/how-to/exactly-once.md for
 dropping them.
+
+**Identities** (shards read on the executors, :mod:`~pyspark_reactive.source.sharded`).
+Give an acknowledging publisher a method ``identity(element) -> str | None`` (a message
+id): each epoch of a shard keeps its messages' identities, and a message the epoch before
+kept that comes back (its acknowledgement was lost to a kill) is dropped, and
+acknowledged, rather than read twice.
 """
 
 from __future__ import annotations
@@ -56,12 +62,16 @@ class ResumePoint:
 
 class FactoryOptions(CaseInsensitiveOptions):
     """The options a publisher factory is called with: the reader's options (names compare
-    case-insensitively), :attr:`resume`, where a resumable publisher starts, and
+    case-insensitively), :attr:`resume`, where a resumable publisher starts,
     :attr:`schema`, the ``StructType`` the source makes rows of (``None`` where unknown:
-    a factory called only to check its options)."""
+    a factory called only to check its options), and :attr:`shard`, the
+    :class:`~pyspark_reactive.source.shards.Shard` a sharded factory makes (``None``
+    where the feed is read whole, on the driver), whose ``resume`` counts that shard's
+    elements alone."""
 
     def __init__(self, options: Mapping[str, str], resume: ResumePoint | None = None,
-                 schema: Any = None) -> None:
+                 schema: Any = None, shard: Any = None) -> None:
         super().__init__(options)
         self.resume = resume if resume is not None else ResumePoint()
         self.schema = schema
+        self.shard = shard

@@ -356,6 +356,14 @@ SOURCE_OPTION_SPECS = OptionSpecs([
     OptionSpec(
         "numPartitions", "Partitions per micro-batch; automatic keeps each at about 1 MiB "
         "of Arrow.", "int", minimum=1, shown_default="automatic"),
+    OptionSpec(
+        "shards", "Read the feed as this many shards, each by a Spark task of its own on the "
+        "executors: each micro-batch takes up to `maxRecordsPerTrigger` / `shards` rows "
+        "(rounded up) from every shard, and rows never pass through the driver. Only for a "
+        "publisher whose factory is declared `@sharded` (the built-in `range`, or yours); "
+        "needs `walLocation`, where each shard's rows are kept per batch before they are "
+        "acknowledged. Not given: one subscription, in the source runner on the driver.",
+        "int", minimum=1, maximum=1024, shown_default="none (read on the driver)"),
 ])
 SOURCE_OPTIONS = SOURCE_OPTION_SPECS.names
 
@@ -419,6 +427,9 @@ class SourceOptions:
         given. Spark parses it, and ``.schema(...)`` takes precedence.
     raw : dict of str to str
         Every option as given (with its original name), passed to the factory.
+    shards : int or None
+        How many shards the feed is read as, each by a task on the executors
+        (:mod:`~pyspark_reactive.source.sharded`); ``None`` to read it on the driver.
     """
 
     publisher: str
@@ -435,6 +446,7 @@ class SourceOptions:
     schema: str | None = None
     available_now_explicit: bool = False
     wal_owner_check: bool = True
+    shards: int | None = None
 
 
 def parse_source_options(options: Mapping[str, str], *,
@@ -526,6 +538,12 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
         raise OptionError("walLocation", wal, "a local path or a filesystem URI pyarrow "
                           "understands (file:/path, hdfs://, s3://, ...); it is "
                           f"{'empty' if not wal else 'blank'}")
+    shards = specs.read(lower, "shards")
+    if shards is not None and wal is None:
+        raise OptionError("walLocation", None,
+                          f"a local path (a folder shared by every executor, on a cluster); "
+                          f"it is required with shards={shards}: each shard's rows are kept "
+                          f"there per micro-batch before they are acknowledged")
     if wal is None and ("walsyncms" in lower or "walsyncrows" in lower):
         log.warning("reactive source: walSyncMs and walSyncRows have no effect without "
                     "walLocation (there is no log to sync)")
@@ -537,7 +555,7 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
                          fill_timeout_ms=fill_timeout,
                          schema=schema.strip() if schema else None,
                          available_now_explicit="availablenowmaxrecords" in lower,
-                         wal_owner_check=wal_owner_check)
+                         wal_owner_check=wal_owner_check, shards=shards)
 
 
 _KNOWN_LOWER = {name.lower(): name for name in SOURCE_OPTIONS}

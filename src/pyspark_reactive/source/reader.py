@@ -39,7 +39,9 @@ from .._testing.faults import crash_point
 from .admission import ReadMaxRows, SupportsTriggerAvailableNow
 from .options import (
     BUILTIN_PUBLISHERS,
+    SHIPPED_FACTORY,
     CaseInsensitiveOptions,
+    OptionError,
     SourceOptions,
     check_wal_location,
     parse_source_options,
@@ -47,6 +49,8 @@ from .options import (
 )
 from .partitions import ArrowPartition
 from .run import QueryRun
+from .sharded import ShardedStreamReader
+from .shards import is_sharded
 from .upstream import Factory
 
 __all__ = ["DEFAULT_SCHEMA", "DefaultSource", "ReactiveStreamReader", "read_stream"]
@@ -74,6 +78,10 @@ class DefaultSource(DataSource):
         super().__init__(options)
         shipped = type(self)._shipped_factory is not None
         self.source_options = parse_source_options(options, shipped_factory=shipped)
+        if self.source_options.shards is not None:
+            check_sharded(type(self)._shipped_factory or
+                          resolve_factory(self.source_options.publisher),
+                          self.source_options)
         if not shipped:
             factory = resolve_factory(self.source_options.publisher)
             if self.source_options.publisher.lower() in BUILTIN_PUBLISHERS:
@@ -103,8 +111,21 @@ class DefaultSource(DataSource):
         ddl: str = default(CaseInsensitiveOptions(self.source_options.raw))
         return ddl
 
-    def streamReader(self, schema: StructType) -> ReactiveStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if self.source_options.shards is not None:
+            return ShardedStreamReader(self.source_options, schema, type(self)._shipped_factory)
         return ReactiveStreamReader(self.source_options, schema, type(self)._shipped_factory)
+
+
+def check_sharded(factory: Factory, options: SourceOptions) -> None:
+    """Refuse the option ``shards`` for a factory not declared ``@sharded``."""
+    if not is_sharded(factory):
+        name = ("the factory given to read_stream()" if options.publisher == SHIPPED_FACTORY
+                else f"publisher={options.publisher!r}")
+        raise OptionError("shards", str(options.shards),
+                          f"only for a publisher whose factory is declared @sharded "
+                          f"(pyspark_reactive.sharded), which {name} is not; without "
+                          "shards it is read on the driver")
 
 
 class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -250,7 +271,9 @@ IterablePublisher(lambda: rows(options)) (from reactive_streams)
                         f"options: {wrapper}(lambda: {name}(options)) (from reactive_streams)")
     text_options = {str(k): str(v) for k, v in options.items()}
     # Validate here too, so the error is a plain Python one raised in the caller's process.
-    parse_source_options(text_options, shipped_factory=True)
+    parsed = parse_source_options(text_options, shipped_factory=True)
+    if parsed.shards is not None:
+        check_sharded(factory, parsed)
     name = f"reactive_{uuid.uuid4().hex[:12]}"
     source = type(f"ReactiveSource_{name}", (DefaultSource,), {
         "_shipped_factory": staticmethod(factory),

@@ -488,7 +488,35 @@ class WriteAheadLog:
         self._write_bytes(self._path(written.name), data)
         return written
 
-    def _write_bytes(self, path: str, data: bytes) -> None:
+    def publish(self, name: str, data: bytes) -> bool:
+        """Write the file ``name`` durably unless it exists: True when this call wrote it,
+        False when it was there already (written by another writer, perhaps at the same
+        moment: exactly one of them wins). Local logs only (a hard link makes it atomic).
+
+        Raises
+        ------
+        ValueError
+            For a log that is not on a local (or locally mounted) filesystem.
+        """
+        if self._local is None:
+            raise ValueError("a file is published only in a log on a local or mounted "
+                             "filesystem (one with hard links)")
+        return self._write_bytes(self._path(name), data, replace=False)
+
+    def mark(self, name: str) -> bytes | None:
+        """The first bytes of the small file ``name`` (4 KiB at most), or None."""
+        return self._read_mark(name)
+
+    def remove(self, name: str) -> None:
+        """Delete the file ``name``, if it is there."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_file(self._path(name))
+
+    def names(self) -> list[str]:
+        """The names in the log's folder."""
+        return self._names()
+
+    def _write_bytes(self, path: str, data: bytes, replace: bool = True) -> bool:
         temporary = f"{path}{_TEMPORARY}{uuid.uuid4().hex}"
         if self._local is not None:
             # fsync the file and then the directory: after a crash the entry is either
@@ -507,16 +535,25 @@ class WriteAheadLog:
                     handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(temporary, path)
+            won = True
+            if replace:
+                os.replace(temporary, path)
+            else:
+                try:
+                    os.link(temporary, path)
+                except FileExistsError:
+                    won = False
+                os.unlink(temporary)
             directory = os.open(os.path.dirname(path), os.O_RDONLY | _CLOEXEC)
             try:
                 os.fsync(directory)
             finally:
                 os.close(directory)
-        else:
-            with self._fs.open_output_stream(temporary) as out:
-                out.write(data)
-            self._fs.move(temporary, path)
+            return won
+        with self._fs.open_output_stream(temporary) as out:
+            out.write(data)
+        self._fs.move(temporary, path)
+        return True
 
     # -- reading -------------------------------------------------------------------------
 
@@ -644,13 +681,17 @@ class WriteAheadLog:
 
     def key(self, entry: WalEntry) -> str | None:
         """The position key kept with the last element of ``entry`` (None: none)."""
+        value = self.metadata(entry).get(KEY_METADATA)
+        return None if value is None else value.decode()
+
+    def metadata(self, entry: WalEntry) -> dict[bytes, bytes]:
+        """The schema metadata kept with ``entry`` (its file's footer only is read)."""
         try:
-            with self._open(entry.name) as source:  # the footer only
-                metadata = ipc.open_file(source).schema.metadata or {}
+            with self._open(entry.name) as source:
+                metadata: dict[bytes, bytes] = ipc.open_file(source).schema.metadata or {}
         except (pa.ArrowInvalid, OSError) as error:
             raise WalDamaged(self.location, entry, error) from error
-        value = metadata.get(KEY_METADATA)
-        return None if value is None else value.decode()
+        return metadata
 
     def set_aside(self, name: str) -> str:
         """Move the file ``name`` into ``torn/``, where nothing reads it; return its path."""

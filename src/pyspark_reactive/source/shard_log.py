@@ -1,0 +1,174 @@
+"""What each shard of a sharded feed gave each micro-batch, kept durably before anything is
+acknowledged, so that a retried task, a second attempt running at once, or a restarted
+query reads exactly those rows again.
+
+A shard's log is a write-ahead log of its own (``<walLocation>/shard-<index>``, with the
+folder checks of :class:`~pyspark_reactive.source.wal.WriteAheadLog`), in which epoch ``e``
+(the shard's ``e``-th micro-batch) is a segment of the shard's stream offsets (its
+elements counted from 0) and a mark ``epoch-<e>`` naming that segment. The mark is
+published only where no mark of that epoch exists (a hard link): of two attempts of one
+task, the first to publish gives the epoch's rows, and the other reads them instead of its
+own. A segment is kept even when it holds no rows, for the position key it carries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..errors import PySparkReactiveError
+from .durability import ResumePoint
+from .wal import WalEntry, WriteAheadLog
+
+__all__ = ["EpochRecord", "ShardLog", "ShardLogDamaged", "shard_folder"]
+
+log = logging.getLogger("pyspark_reactive.source")
+
+# Schema metadata of an epoch's segment: the identities of its messages, a JSON list.
+IDENTITIES_METADATA = b"reactive.identities"
+_MARK = re.compile(r"^epoch-(\d{20})$")
+_SEGMENT = re.compile(r"^(\d{20})-(\d{20})-([0-9a-f]{8})\.arrow$")
+
+
+def shard_folder(location: str, index: int) -> str:
+    """Where shard ``index`` keeps its log under the source's ``walLocation``."""
+    return f"{location.rstrip('/')}/shard-{index:04d}"
+
+
+class ShardLogDamaged(PySparkReactiveError, RuntimeError):
+    """A shard's log lacks a record the stream needs, or holds one it cannot read."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"the shard log at {location!r}: {reason}")
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One epoch of a shard: the segment of its rows (offsets ``start`` to ``end`` of the
+    shard's stream), and the position key of its last element (carried over when the
+    epoch held none)."""
+
+    epoch: int
+    entry: WalEntry
+    key: str | None
+
+    @property
+    def start(self) -> int:
+        return self.entry.start
+
+    @property
+    def end(self) -> int:
+        return self.entry.end
+
+    @property
+    def resume(self) -> ResumePoint:
+        """Where the shard's next epoch starts."""
+        return ResumePoint(self.end, self.key)
+
+
+class ShardLog:
+    """The epochs of shard ``index`` of a sharded feed, under ``location`` (the source's
+    ``walLocation``)."""
+
+    def __init__(self, location: str, index: int, *, owner_check: bool = True) -> None:
+        self.index = index
+        self.wal = WriteAheadLog(shard_folder(location, index), owner_check=owner_check)
+
+    def record(self, epoch: int) -> EpochRecord | None:
+        """The epoch's record, or None when no task has published it yet."""
+        held = self.wal.mark(_mark(epoch))
+        if held is None:
+            return None
+        name = held.decode(errors="replace").strip()
+        match = _SEGMENT.match(name)
+        if match is None:
+            raise ShardLogDamaged(self.wal.location, f"the mark {_mark(epoch)} names "
+                                  f"{name[:80]!r}, not a segment")
+        entry = WalEntry(int(match[1]), int(match[2]), int(match[3], 16))
+        return EpochRecord(epoch, entry, self.wal.key(entry))
+
+    def last_epoch(self) -> int:
+        """The latest epoch a task kept (0 when none)."""
+        return max((int(m[1]) for name in self.wal.names() if (m := _MARK.match(name))),
+                   default=0)
+
+    def resume_point(self, epoch: int) -> ResumePoint:
+        """Where epoch ``epoch`` starts: after the rows of the epoch before it (the
+        shard's start for epoch 1).
+
+        Raises
+        ------
+        ShardLogDamaged
+            When the record of the epoch before is missing (epoch 2 and later): the log
+            lost it, or was given to another query.
+        """
+        if epoch <= 1:
+            return ResumePoint()
+        before = self.record(epoch - 1)
+        if before is None:
+            raise ShardLogDamaged(
+                self.wal.location, f"shard {self.index} has no record of its epoch "
+                f"{epoch - 1}, where epoch {epoch} goes on: was walLocation changed, or "
+                "emptied, since the checkpoint was written?")
+        return before.resume
+
+    def publish(self, epoch: int, start: int, batches: list[pa.RecordBatch],
+                schema: pa.Schema, key: str | None,
+                identities: list[str] | None = None) -> tuple[EpochRecord, bool]:
+        """Keep ``batches`` (the shard's elements from offset ``start`` on) as epoch
+        ``epoch``, with the ``identities`` of its messages where they have some, unless
+        another attempt did first; return the epoch's record and whether it is this
+        call's."""
+        rows = sum(batch.num_rows for batch in batches)
+        if identities:
+            schema = schema.with_metadata({**(schema.metadata or {}),
+                                           IDENTITIES_METADATA: json.dumps(identities)})
+        entry = self.wal.write(WalEntry(start, start + rows), batches, schema, key)
+        won = self.wal.publish(_mark(epoch), entry.name.encode())
+        record = self.record(epoch)
+        assert record is not None  # published by this call or another
+        if not won and record.entry.name != entry.name:
+            self.wal.remove(entry.name)  # the other attempt's rows are the epoch's
+        return record, won
+
+    def rows(self, record: EpochRecord) -> pa.Table:
+        return self.wal.read(record.entry)
+
+    def identities(self, record: EpochRecord) -> frozenset[str]:
+        """The identities of the messages of ``record`` (none where they had none)."""
+        held = self.wal.metadata(record.entry).get(IDENTITIES_METADATA)
+        if held is None:
+            return frozenset()
+        try:
+            found = json.loads(held)
+        except ValueError as error:
+            raise ShardLogDamaged(self.wal.location, f"the identities kept with epoch "
+                                  f"{record.epoch} cannot be read: {error}") from None
+        return frozenset(str(identity) for identity in found)
+
+    def prune(self, keep: int) -> None:
+        """Forget the epochs before ``keep``: its record stays, where the next one starts.
+
+        Segments of attempts that lost (or died before publishing) go too when they end
+        before the kept epoch's start; a task of a later epoch writes only from there on."""
+        kept = self.record(keep)
+        if kept is None:
+            return
+        for name in self.wal.names():
+            mark = _MARK.match(name)
+            if mark is not None and int(mark[1]) < keep:
+                self.wal.remove(name)
+                continue
+            segment = _SEGMENT.match(name)
+            if segment is not None and name != kept.entry.name:
+                start, end = int(segment[1]), int(segment[2])
+                if end < kept.start or (start < end == kept.start):
+                    self.wal.remove(name)
+
+
+def _mark(epoch: int) -> str:
+    return f"epoch-{epoch:020d}"

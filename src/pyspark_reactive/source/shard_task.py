@@ -1,0 +1,172 @@
+"""One shard's share of one micro-batch, read in a Spark task on an executor.
+
+:func:`read_epoch` is all a task does: when the shard's log already has the epoch (a
+retried task, a restarted query, a second attempt that lost), it returns those rows;
+otherwise it makes the shard's publisher (the factory called with the shard and where its
+stream goes on), subscribes, requests the epoch's share, takes what arrives within
+``fillWaitMs`` (or until the share is full, or the shard completes), converts it, keeps it
+in the shard's log, then tells the publisher it is durable (``on_durable``) and cancels.
+Nothing is held between tasks: the subscription lives for one task.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from reactive_streams import Subscriber, Subscription
+
+from ..errors import PySparkReactiveError
+from .durability import FactoryOptions, ResumePoint
+from .options import SourceOptions
+from .rows import RowConverter
+from .shard_log import EpochRecord, ShardLog
+from .shards import Shard
+
+__all__ = ["ShardTake", "epoch_batches", "read_epoch"]
+
+
+class ShardTake(Subscriber[Any]):
+    """Requests ``share`` elements at once and holds what arrives, until :meth:`wait`
+    ends: the share is full, the shard completed or failed, or the time is up."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self.elements: list[Any] = []
+        self.error: BaseException | None = None
+        self.completed = False
+        self.subscription: Subscription | None = None
+        self._changed = threading.Condition()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        with self._changed:
+            if self.subscription is not None:
+                subscription.cancel()  # §2.5: one subscription only
+                return
+            self.subscription = subscription
+            self._changed.notify_all()
+        subscription.request(self.share)
+
+    def on_next(self, element: Any) -> None:
+        with self._changed:
+            if len(self.elements) >= self.share:
+                self.error = self.error or PySparkReactiveError(
+                    f"the shard's publisher signalled more than the {self.share} elements "
+                    "requested (rule §1.1)")
+            else:
+                self.elements.append(element)
+            self._changed.notify_all()
+
+    def on_error(self, error: BaseException) -> None:
+        with self._changed:
+            self.error = error
+            self._changed.notify_all()
+
+    def on_complete(self) -> None:
+        with self._changed:
+            self.completed = True
+            self._changed.notify_all()
+
+    def wait(self, subscribe_s: float, fill_s: float) -> list[Any]:
+        """The elements taken: waits up to ``subscribe_s`` for ``on_subscribe``, then up
+        to ``fill_s`` for the share to fill; the subscription is then cut at what arrived
+        (later elements are not taken).
+
+        Raises
+        ------
+        TimeoutError
+            When ``on_subscribe`` did not come in time.
+        """
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.subscription is not None or
+                                          self.error is not None, subscribe_s):
+                raise TimeoutError(f"the shard's publisher did not call on_subscribe "
+                                   f"within {subscribe_s:g} s")
+            self._changed.wait_for(lambda: len(self.elements) >= self.share or
+                                   self.completed or self.error is not None, fill_s)
+            if self.error is not None:
+                raise self.error
+            return list(self.elements)
+
+    def cancel(self) -> None:
+        subscription = self.subscription
+        if subscription is not None:
+            subscription.cancel()
+
+
+def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[..., Any],
+               shard: Shard, epoch: int, share: int) -> tuple[ShardLog, EpochRecord]:
+    """The record of ``shard``'s epoch ``epoch``, read from the publisher and kept first
+    if no attempt kept it before."""
+    assert options.wal_location is not None  # parse_source_options requires it with shards
+    shard_log = ShardLog(options.wal_location, shard.index,
+                         owner_check=options.wal_owner_check)
+    done = shard_log.record(epoch)
+    if done is not None:
+        return shard_log, done
+    resume = shard_log.resume_point(epoch)
+    publisher = _make(factory, options, schema, shard, resume)
+    take = ShardTake(share)
+    publisher.subscribe(take)
+    try:
+        signalled = take.wait(options.subscribe_timeout_ms / 1000,
+                              options.fill_wait_ms / 1000)
+        elements, identities = _new_ones(publisher, signalled, shard_log, epoch)
+        converter = RowConverter(schema)
+        batch, error = converter.convert(elements, resume.offset)
+        if error is not None:
+            raise error
+        key = resume.key
+        position_key = getattr(publisher, "position_key", None)
+        if elements and callable(position_key):
+            key = position_key(elements[-1])
+        batches = [batch] if batch.num_rows else []
+        record, mine = shard_log.publish(epoch, resume.offset, batches,
+                                         converter.arrow_schema, key, identities)
+        on_durable = getattr(publisher, "on_durable", None)
+        if mine and signalled and callable(on_durable):
+            # Every element signalled is durable now: this epoch's, and the redeliveries
+            # of the epoch before, which its record holds.
+            on_durable(len(signalled))
+    finally:
+        take.cancel()
+    return shard_log, record
+
+
+def _new_ones(publisher: Any, signalled: list[Any], shard_log: ShardLog,
+              epoch: int) -> tuple[list[Any], list[str] | None]:
+    """The elements that are not redeliveries of the epoch before (by the publisher's
+    ``identity(element)``, where it has one), and their identities."""
+    identity = getattr(publisher, "identity", None)
+    if not callable(identity):
+        return signalled, None
+    before = shard_log.record(epoch - 1) if epoch > 1 else None
+    seen = shard_log.identities(before) if before is not None else frozenset()
+    elements, identities = [], []
+    for element in signalled:
+        held = identity(element)
+        if held is not None and str(held) in seen:
+            continue  # kept by the epoch before, then redelivered: not acknowledged yet
+        elements.append(element)
+        if held is not None:
+            identities.append(str(held))
+    return elements, identities
+
+
+def epoch_batches(shard_log: ShardLog, record: EpochRecord) -> list[pa.RecordBatch]:
+    """The epoch's rows, as Spark takes them from ``read()``."""
+    batches: list[pa.RecordBatch] = shard_log.rows(record).to_batches()
+    return batches
+
+
+def _make(factory: Callable[..., Any], options: SourceOptions, schema: StructType,
+          shard: Shard, resume: ResumePoint) -> Any:
+    made = factory(FactoryOptions(options.raw, resume, schema, shard))
+    if not callable(getattr(made, "subscribe", None)):
+        raise TypeError(f"reactive source: the factory of shard {shard.index} returned "
+                        f"{type(made).__name__}, not a Publisher")
+    return made

@@ -1,0 +1,253 @@
+"""A sharded feed read on the executors (option ``shards``): each shard by a task of its own,
+epochs kept in the shards' logs before anything is acknowledged, one outcome per epoch."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import LongType, StructType
+from streaming import ProgressWatch
+from test_source import queries, watch
+
+from pyspark_reactive import OptionError, Shard, read_stream, sharded
+from pyspark_reactive.publishers.range import range_publisher
+from pyspark_reactive.source.options import parse_source_options
+from pyspark_reactive.source.shard_task import epoch_batches, read_epoch
+from pyspark_reactive.source.sharded import ShardedStreamReader
+from reactive_streams import IterablePublisher
+
+__all__ = ["queries", "watch"]  # fixtures shared with test_source.py
+SCHEMA = StructType().add("value", LongType())
+
+
+def _options(tmp_path: Path, **given: Any) -> dict[str, str]:
+    return {"publisher": "range", "walLocation": str(tmp_path / "wal"),
+            **{k: str(v) for k, v in given.items()}}
+
+
+def _run(spark: SparkSession, queries: list[StreamingQuery], watch: ProgressWatch,
+         checkpoint: Path, rows: int, **options: str) -> tuple[StreamingQuery, str]:
+    """A query of the reactive source into a memory table, run until ``rows`` rows."""
+    name = f"sharded_{uuid.uuid4().hex[:8]}"
+    reader = spark.readStream.format("reactive")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (reader.load().writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(checkpoint)).start())
+    queries.append(query)
+    watch.wait_rows(query, rows, timeout=180)
+    return query, name
+
+
+def _values(spark: SparkSession, table: str) -> list[int]:
+    return sorted(row.value for row in spark.table(table).collect())
+
+
+# -- options ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1025"])
+def test_a_bad_shards_value_is_refused_naming_the_option(tmp_path: Path, value: str) -> None:
+    with pytest.raises(OptionError, match=r"option shards="):
+        parse_source_options(_options(tmp_path, shards=value))
+
+
+def test_shards_need_a_wal_location() -> None:
+    with pytest.raises(OptionError, match=r"option walLocation=None .*required with shards=2"):
+        parse_source_options({"publisher": "range", "shards": "2"})
+
+
+def test_shards_are_refused_for_a_factory_not_declared_sharded(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"option shards='2' .*declared @sharded"):
+        read_stream(None, lambda options: IterablePublisher(lambda: iter([1])),
+                    shards=2, walLocation=str(tmp_path / "wal"))
+
+
+# -- the executors' side --------------------------------------------------------------------
+
+def test_each_shard_gives_its_own_part_of_the_feed_in_epochs(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, count=23, shards=2))
+    for index, expected in ((0, list(range(0, 23, 2))), (1, list(range(1, 23, 2)))):
+        seen = []
+        for epoch in range(1, 5):
+            shard_log, record = read_epoch(options, SCHEMA, range_publisher,
+                                           Shard(index, 2), epoch, 5)
+            seen += [v for b in epoch_batches(shard_log, record) for v in b.column(0).to_pylist()]
+        assert seen == expected
+
+
+def test_two_attempts_of_one_task_at_once_give_one_outcome(tmp_path: Path) -> None:
+    # A paced shard: each attempt takes what arrives within fillWaitMs, so attempts that
+    # ran alone would keep different rows; the log keeps one of them for both.
+    options = parse_source_options(_options(tmp_path, shards=1, rowsPerSecond=2000,
+                                            fillWaitMs=300, maxRecordsPerTrigger=10_000))
+    outcomes: list[tuple[str, list[int]]] = []
+    started = threading.Barrier(2)
+
+    def attempt() -> None:
+        started.wait()
+        shard_log, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1,
+                                       10_000)
+        outcomes.append((record.entry.name, [v for b in epoch_batches(shard_log, record)
+                                             for v in b.column(0).to_pylist()]))
+
+    attempts = [threading.Thread(target=attempt) for _ in range(2)]
+    for thread in attempts:
+        thread.start()
+    for thread in attempts:
+        thread.join(60)
+    assert len(outcomes) == 2 and outcomes[0] == outcomes[1]
+    rows = outcomes[0][1]
+    assert rows and rows == list(range(len(rows)))
+    # The next epoch goes on after the kept rows, whichever attempt kept them.
+    _, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 2, 10_000)
+    assert record.start == len(rows)
+    [name] = [n for n in (tmp_path / "wal" / "shard-0000").iterdir()
+              if n.name.startswith("00000000000000000000-")]
+    assert name.name == outcomes[0][0]  # the attempt that lost left no segment behind
+
+
+class _Queue:
+    """A queue that redelivers, at the next subscription, what it delivered and was not
+    acknowledged: as an MQTT persistent session or a message queue does."""
+
+    def __init__(self, messages: list[int]) -> None:
+        self.waiting = list(messages)
+        self.unacknowledged: list[int] = []
+        self.lose_acknowledgements = False  # a crash between durable and acknowledged
+
+    def publisher(self) -> Any:
+        queue = self
+        delivered: list[int] = []
+
+        class Consumer(IterablePublisher[int]):
+            def identity(self, message: int) -> str:
+                return f"message-{message}"
+
+            def on_durable(self, count: int) -> None:
+                if not queue.lose_acknowledgements:
+                    for message in delivered[:count]:
+                        queue.unacknowledged.remove(message)
+
+        def messages() -> Iterator[int]:
+            redelivered, queue.unacknowledged = queue.unacknowledged, []
+            for message in redelivered + queue.waiting:
+                if message in queue.waiting:
+                    queue.waiting.remove(message)
+                queue.unacknowledged.append(message)
+                delivered.append(message)
+                yield message
+
+        return Consumer(messages)
+
+
+def test_an_acknowledging_shard_repeats_nothing_after_a_lost_acknowledgement(
+        tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=1))
+    queue = _Queue(list(range(12)))
+
+    @sharded
+    def factory(_options: Any) -> Any:
+        return queue.publisher()
+
+    kept = []
+    for epoch in range(1, 5):
+        queue.lose_acknowledgements = epoch == 2  # kept, then killed before the ack
+        shard_log, record = read_epoch(options, SCHEMA, factory, Shard(0, 1), epoch, 4)
+        kept += [v for b in epoch_batches(shard_log, record) for v in b.column(0).to_pylist()]
+    assert kept == list(range(12))
+    assert queue.unacknowledged == [] and queue.waiting == []
+
+
+def test_a_partition_carries_a_shard_and_an_epoch_not_rows(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=4, maxRecordsPerTrigger=10**9))
+    reader = ShardedStreamReader(options, SCHEMA, None)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    partitions = reader.partitions(start, end)
+    assert [p.shard for p in partitions] == [0, 1, 2, 3]
+    assert max(len(cloudpickle.dumps(p)) for p in partitions) < 1024
+
+
+def test_offsets_are_per_shard_and_a_restart_with_other_shards_is_refused(
+        tmp_path: Path) -> None:
+    reader = ShardedStreamReader(parse_source_options(_options(tmp_path, shards=2)), SCHEMA,
+                                 None)
+    start = reader.initialOffset()
+    assert start == {"shards": {"0": 0, "1": 0}}
+    assert reader.latestOffset(start, None) == {"shards": {"0": 1, "1": 1}}
+    other = ShardedStreamReader(parse_source_options(_options(tmp_path, shards=3)), SCHEMA,
+                                None)
+    with pytest.raises(OptionError, match=r"option shards='3' .*written with 2 shards"):
+        other.latestOffset({"shards": {"0": 1, "1": 1}}, None)
+    with pytest.raises(OptionError, match=r"option shards='3' .*on the driver"):
+        other.latestOffset({"offset": 40}, None)
+
+
+# -- real Spark ------------------------------------------------------------------------------
+
+@pytest.mark.spark_lines
+def test_two_shards_read_on_the_executors_every_row_once_across_a_restart(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    options = _options(tmp_path, shards=2, maxRecordsPerTrigger=200, count=1000)
+    checkpoint = tmp_path / "checkpoint"
+    query, table = _run(spark, queries, watch, checkpoint, 400, **options)
+    query.stop()
+    first = _values(spark, table)
+    assert first == sorted(set(first)) and len(first) >= 400
+    query, table = _run(spark, queries, watch, checkpoint, 1000 - len(first), **options)
+    watch.wait_for(query, lambda: len(spark.table(table).collect()) + len(first) >= 1000,
+                   timeout=120)
+    query.stop()
+    assert sorted(first + _values(spark, table)) == list(range(1000))
+    # Each batch read both shards, 100 rows a shard at most.
+    assert all(rows <= 200 for rows in watch.batch_sizes(query))
+
+
+@pytest.mark.spark_lines
+def test_a_restart_with_another_number_of_shards_fails_naming_the_option(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    query, _ = _run(spark, queries, watch, checkpoint, 10,
+                    **_options(tmp_path, shards=2, maxRecordsPerTrigger=10, count=100))
+    query.stop()
+    name = f"sharded_{uuid.uuid4().hex[:8]}"
+    reader = spark.readStream.format("reactive")
+    for key, value in _options(tmp_path, shards=3, maxRecordsPerTrigger=10).items():
+        reader = reader.option(key, value)
+    query = (reader.load().writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(checkpoint)).start())
+    queries.append(query)
+    with pytest.raises(StreamingQueryException, match=r"option shards='3'"):
+        query.awaitTermination(120)
+
+
+@sharded
+def _doubled(options: Any) -> Any:
+    shard = options.shard
+    first = options.resume.offset * shard.count + shard.index
+    return IterablePublisher(lambda: iter(range(2 * first, 100, 2 * shard.count)))
+
+
+def test_a_shipped_sharded_factory_reaches_the_executors(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    df = read_stream(spark, _doubled, schema="value BIGINT", shards=2,
+                     walLocation=str(tmp_path / "wal"), maxRecordsPerTrigger=20)
+    name = f"sharded_{uuid.uuid4().hex[:8]}"
+    query = (df.writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    queries.append(query)
+    watch.wait_rows(query, 50, timeout=180)
+    query.stop()
+    assert _values(spark, name) == list(range(0, 100, 2))
