@@ -23,6 +23,12 @@ Points:
     Halfway through writing a log segment: the file on disk is torn.
 ``read``
     In a task's ``read()``, on an executor: during a batch's tasks.
+``shard-taken``
+    A shard's task (option ``shards``), on an executor: the epoch's elements taken, not
+    yet kept in the shard's log.
+``shard-kept``
+    A shard's task: the epoch kept in the shard's log, not yet acknowledged
+    (``on_durable``).
 
 When ``PYSPARK_REACTIVE_CRASH_LOG`` names a file, a line ``<point> <time.time()>`` is
 appended to it (and flushed) just before the kill, so a trial knows when it died.
@@ -36,7 +42,7 @@ import time
 
 __all__ = ["POINTS", "crash_point"]
 
-POINTS = ("latest", "wal-write", "read")
+POINTS = ("latest", "wal-write", "read", "shard-taken", "shard-kept")
 
 _SPEC = os.environ.get("PYSPARK_REACTIVE_CRASH_AT", "")
 _TARGET, _, _COUNT = _SPEC.partition(":")

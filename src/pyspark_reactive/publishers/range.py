@@ -34,7 +34,9 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     :mod:`pyspark_reactive.source.durability`), and a hard kill loses and repeats nothing.
     It is sharded (:func:`~pyspark_reactive.sharded`): with the source's option ``shards``
     (n), shard i signals ``start + i``, ``start + i + n``, ..., its element ``k`` being
-    ``start + i + k * n``, and ``rowsPerSecond`` is shared among the shards.
+    ``start + i + k * n``; ``rowsPerSecond`` is divided among the shards, each task pacing
+    its shard's share while it reads (nothing is signalled between tasks, so over time
+    the feed is slower than that).
 
     Parameters
     ----------

@@ -539,11 +539,15 @@ accepted: an integer >= 0, at most 2147483647 (milliseconds); '2.5' is not a who
                           "understands (file:/path, hdfs://, s3://, ...); it is "
                           f"{'empty' if not wal else 'blank'}")
     shards = specs.read(lower, "shards")
-    if shards is not None and wal is None:
-        raise OptionError("walLocation", None,
-                          f"a local path (a folder shared by every executor, on a cluster); "
-                          f"it is required with shards={shards}: each shard's rows are kept "
-                          f"there per micro-batch before they are acknowledged")
+    if shards is not None:
+        from .wal import local_path
+
+        if wal is None or local_path(wal.strip()) is None:
+            raise OptionError(
+                "walLocation", wal, f"a local path or file: URI (on a cluster, a folder every "
+                f"executor and the driver mount at the same path); it is required with "
+                f"shards={shards}: each shard's rows are kept there per micro-batch before "
+                "they are acknowledged, each micro-batch's published by a hard link")
     if wal is None and ("walsyncms" in lower or "walsyncrows" in lower):
         log.warning("reactive source: walSyncMs and walSyncRows have no effect without "
                     "walLocation (there is no log to sync)")
@@ -825,7 +829,8 @@ def _check_allowed(publisher: str, module_name: str, accepted: str) -> None:
                       f"always allowed); {module_name!r} is not among them")
 
 
-def check_wal_location(location: str, *, owner_check: bool = True) -> None:
+def check_wal_location(location: str, *, owner_check: bool = True,
+                       links: bool = False) -> None:
     """Raise :class:`OptionError` unless the write-ahead log can be written at ``location``
     and, on the local disk, changed by its user alone (see
     :class:`~pyspark_reactive.source.wal.WalNotPrivate`; not checked with ``owner_check``
@@ -836,7 +841,7 @@ def check_wal_location(location: str, *, owner_check: bool = True) -> None:
     from .wal import WalNotPrivate, WriteAheadLog
 
     try:
-        WriteAheadLog(location, owner_check=owner_check).probe()
+        WriteAheadLog(location, owner_check=owner_check).probe(links=links)
     except WalNotPrivate as error:
         raise OptionError("walLocation", location, error.reason) from None
     except OSError as error:

@@ -90,7 +90,8 @@ class DefaultSource(DataSource):
                 factory(CaseInsensitiveOptions(self.source_options.raw))
         if self.source_options.wal_location is not None:
             check_wal_location(self.source_options.wal_location,
-                               owner_check=self.source_options.wal_owner_check)
+                               owner_check=self.source_options.wal_owner_check,
+                               links=self.source_options.shards is not None)
 
     @classmethod
     def name(cls) -> str:
@@ -204,6 +205,12 @@ class ReactiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _offset(offset: Mapping[str, Any] | None) -> Any:
     if offset is None:
         return None
+    if "shards" in offset and "offset" not in offset:
+        held = offset["shards"]
+        count = len(held) if isinstance(held, Mapping) else "some"
+        raise OptionError("shards", None, f"{count}: the checkpoint was written reading "
+                          f"{count} shards on the executors; give shards={count} to go on, "
+                          "or start a new checkpointLocation to read the feed on the driver")
     value = offset.get("offset")
     if type(value) is not int or value < 0:
         raise ValueError(f"reactive source: offset {offset!r} is not {{'offset': n}} with n >= 0")

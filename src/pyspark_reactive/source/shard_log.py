@@ -24,12 +24,16 @@ from ..errors import PySparkReactiveError
 from .durability import ResumePoint
 from .wal import WalEntry, WriteAheadLog
 
-__all__ = ["EpochRecord", "ShardLog", "ShardLogDamaged", "shard_folder"]
+__all__ = ["EpochRecord", "ShardLog", "ShardLogDamaged", "StaleAttempt", "shard_folder"]
 
 log = logging.getLogger("pyspark_reactive.source")
 
-# Schema metadata of an epoch's segment: the identities of its messages, a JSON list.
+# Schema metadata of an epoch's segment: the identities the shard remembers (a JSON
+# list), and the epoch.
 IDENTITIES_METADATA = b"reactive.identities"
+EPOCH_METADATA = b"reactive.epoch"
+# The oldest epoch not forgotten: written by prune() before it removes anything.
+_FLOOR = "floor"
 _MARK = re.compile(r"^epoch-(\d{20})$")
 _SEGMENT = re.compile(r"^(\d{20})-(\d{20})-([0-9a-f]{8})\.arrow$")
 
@@ -46,15 +50,17 @@ class ShardLogDamaged(PySparkReactiveError, RuntimeError):
         super().__init__(f"the shard log at {location!r}: {reason}")
 
 
+class StaleAttempt(ShardLogDamaged):
+    """A task's attempt outlived its epoch: Spark committed it meanwhile."""
+
+
 @dataclass(frozen=True)
 class EpochRecord:
-    """One epoch of a shard: the segment of its rows (offsets ``start`` to ``end`` of the
-    shard's stream), and the position key of its last element (carried over when the
-    epoch held none)."""
+    """One epoch of a shard: the segment of its rows, offsets ``start`` to ``end`` of the
+    shard's stream (its name says them: nothing is read for them)."""
 
     epoch: int
     entry: WalEntry
-    key: str | None
 
     @property
     def start(self) -> int:
@@ -63,11 +69,6 @@ class EpochRecord:
     @property
     def end(self) -> int:
         return self.entry.end
-
-    @property
-    def resume(self) -> ResumePoint:
-        """Where the shard's next epoch starts."""
-        return ResumePoint(self.end, self.key)
 
 
 class ShardLog:
@@ -88,8 +89,7 @@ class ShardLog:
         if match is None:
             raise ShardLogDamaged(self.wal.location, f"the mark {_mark(epoch)} names "
                                   f"{name[:80]!r}, not a segment")
-        entry = WalEntry(int(match[1]), int(match[2]), int(match[3], 16))
-        return EpochRecord(epoch, entry, self.wal.key(entry))
+        return EpochRecord(epoch, WalEntry(int(match[1]), int(match[2]), int(match[3], 16)))
 
     def last_epoch(self) -> int:
         """The latest epoch a task kept (0 when none)."""
@@ -114,21 +114,39 @@ class ShardLog:
                 self.wal.location, f"shard {self.index} has no record of its epoch "
                 f"{epoch - 1}, where epoch {epoch} goes on: was walLocation changed, or "
                 "emptied, since the checkpoint was written?")
-        return before.resume
+        # The position key of its last element (carried over by an epoch that had none).
+        return ResumePoint(before.end, self.wal.key(before.entry))
 
     def publish(self, epoch: int, start: int, batches: list[pa.RecordBatch],
                 schema: pa.Schema, key: str | None,
                 identities: list[str] | None = None) -> tuple[EpochRecord, bool]:
         """Keep ``batches`` (the shard's elements from offset ``start`` on) as epoch
-        ``epoch``, with the ``identities`` of its messages where they have some, unless
-        another attempt did first; return the epoch's record and whether it is this
-        call's."""
+        ``epoch``, with ``identities`` (the messages' identities the shard remembers, see
+        :meth:`identities`) where it has some, unless another attempt did first; return
+        the epoch's record and whether it is this call's.
+
+        Raises
+        ------
+        StaleAttempt
+            When the epoch was committed and forgotten (:meth:`prune`) while this attempt
+            ran: its rows are nobody's, and must not be acknowledged.
+        """
         rows = sum(batch.num_rows for batch in batches)
+        # The epoch in every segment: two attempts' segments never share a name, even
+        # when both are empty from the same offset.
+        metadata = {**(schema.metadata or {}), EPOCH_METADATA: str(epoch).encode()}
         if identities:
-            schema = schema.with_metadata({**(schema.metadata or {}),
-                                           IDENTITIES_METADATA: json.dumps(identities)})
-        entry = self.wal.write(WalEntry(start, start + rows), batches, schema, key)
+            metadata[IDENTITIES_METADATA] = json.dumps(identities).encode()
+        entry = self.wal.write(WalEntry(start, start + rows), batches,
+                               schema.with_metadata(metadata), key)
         won = self.wal.publish(_mark(epoch), entry.name.encode())
+        if won and epoch < self.floor():
+            # prune() writes the floor before it removes marks: a mark published after
+            # the removal sees it here.
+            self.wal.remove(_mark(epoch))
+            self.wal.remove(entry.name)
+            raise StaleAttempt(self.wal.location, f"shard {self.index}'s epoch {epoch} was "
+                               "committed while this attempt of its task ran")
         record = self.record(epoch)
         assert record is not None  # published by this call or another
         if not won and record.entry.name != entry.name:
@@ -138,36 +156,45 @@ class ShardLog:
     def rows(self, record: EpochRecord) -> pa.Table:
         return self.wal.read(record.entry)
 
-    def identities(self, record: EpochRecord) -> frozenset[str]:
-        """The identities of the messages of ``record`` (none where they had none)."""
+    def identities(self, record: EpochRecord) -> list[str]:
+        """The message identities the shard remembered at ``record``: its messages', those
+        of the redeliveries it dropped, then the newest of the epochs before, in order."""
         held = self.wal.metadata(record.entry).get(IDENTITIES_METADATA)
         if held is None:
-            return frozenset()
+            return []
         try:
             found = json.loads(held)
         except ValueError as error:
             raise ShardLogDamaged(self.wal.location, f"the identities kept with epoch "
                                   f"{record.epoch} cannot be read: {error}") from None
-        return frozenset(str(identity) for identity in found)
+        return [str(identity) for identity in found]
+
+    def floor(self) -> int:
+        """The oldest epoch not yet forgotten (0 when nothing was)."""
+        held = self.wal.mark(_FLOOR)
+        return int(held) if held and held.strip().isdigit() else 0
 
     def prune(self, keep: int) -> None:
-        """Forget the epochs before ``keep``: its record stays, where the next one starts.
-
-        Segments of attempts that lost (or died before publishing) go too when they end
-        before the kept epoch's start; a task of a later epoch writes only from there on."""
+        """Forget the epochs before ``keep`` (committed by Spark): its record stays, where
+        the next one starts. The floor is raised first, so an attempt of a forgotten epoch
+        that publishes later finds it (:meth:`publish`). Segments of attempts that lost (or
+        died before publishing) and end before the kept epoch go too."""
         kept = self.record(keep)
-        if kept is None:
+        if kept is None or keep <= self.floor():
             return
+        self.wal.put(_FLOOR, str(keep).encode())
         for name in self.wal.names():
             mark = _MARK.match(name)
             if mark is not None and int(mark[1]) < keep:
+                held = self.wal.mark(name)
                 self.wal.remove(name)
-                continue
-            segment = _SEGMENT.match(name)
-            if segment is not None and name != kept.entry.name:
-                start, end = int(segment[1]), int(segment[2])
-                if end < kept.start or (start < end == kept.start):
-                    self.wal.remove(name)
+                named = held.decode(errors="replace").strip() if held else ""
+                if _SEGMENT.match(named) and named != kept.entry.name:
+                    self.wal.remove(named)
+        for name in self.wal.names():
+            orphan = _SEGMENT.match(name)
+            if orphan is not None and int(orphan[2]) < kept.start:
+                self.wal.remove(name)
 
 
 def _mark(epoch: int) -> str:

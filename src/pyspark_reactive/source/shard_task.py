@@ -20,6 +20,7 @@ from pyspark.sql.types import StructType
 
 from reactive_streams import Subscriber, Subscription
 
+from .._testing.faults import crash_point
 from ..errors import PySparkReactiveError
 from .durability import FactoryOptions, ResumePoint
 from .options import SourceOptions
@@ -27,7 +28,11 @@ from .rows import RowConverter
 from .shard_log import EpochRecord, ShardLog
 from .shards import Shard
 
-__all__ = ["ShardTake", "epoch_batches", "read_epoch"]
+__all__ = ["IDENTITY_WINDOW", "ShardTake", "epoch_batches", "read_epoch"]
+
+#: How many epochs' worth of message identities a shard remembers (times its share): a
+#: redelivery is dropped while its identity is among the newest that many.
+IDENTITY_WINDOW = 2
 
 
 class ShardTake(Subscriber[Any]):
@@ -115,7 +120,9 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
     try:
         signalled = take.wait(options.subscribe_timeout_ms / 1000,
                               options.fill_wait_ms / 1000)
-        elements, identities = _new_ones(publisher, signalled, shard_log, epoch)
+        crash_point("shard-taken")
+        elements, identities = _new_ones(publisher, signalled, shard_log, epoch,
+                                         IDENTITY_WINDOW * share)
         converter = RowConverter(schema)
         batch, error = converter.convert(elements, resume.offset)
         if error is not None:
@@ -127,6 +134,7 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
         batches = [batch] if batch.num_rows else []
         record, mine = shard_log.publish(epoch, resume.offset, batches,
                                          converter.arrow_schema, key, identities)
+        crash_point("shard-kept")
         on_durable = getattr(publisher, "on_durable", None)
         if mine and signalled and callable(on_durable):
             # Every element signalled is durable now: this epoch's, and the redeliveries
@@ -137,24 +145,31 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
     return shard_log, record
 
 
-def _new_ones(publisher: Any, signalled: list[Any], shard_log: ShardLog,
-              epoch: int) -> tuple[list[Any], list[str] | None]:
-    """The elements that are not redeliveries of the epoch before (by the publisher's
-    ``identity(element)``, where it has one), and their identities."""
+def _new_ones(publisher: Any, signalled: list[Any], shard_log: ShardLog, epoch: int,
+              window: int) -> tuple[list[Any], list[str] | None]:
+    """The elements that are not redeliveries (by the publisher's ``identity(element)``,
+    where it has one) of a message the shard remembers, and what it remembers next: the
+    newest ``window`` identities of those it remembered, the redeliveries dropped and the
+    new messages."""
     identity = getattr(publisher, "identity", None)
     if not callable(identity):
         return signalled, None
     before = shard_log.record(epoch - 1) if epoch > 1 else None
-    seen = shard_log.identities(before) if before is not None else frozenset()
-    elements, identities = [], []
+    remembered = shard_log.identities(before) if before is not None else []
+    seen = set(remembered)
+    elements, dropped, new = [], [], []
     for element in signalled:
         held = identity(element)
-        if held is not None and str(held) in seen:
-            continue  # kept by the epoch before, then redelivered: not acknowledged yet
+        key = None if held is None else str(held)
+        if key is not None and key in seen:
+            dropped.append(key)  # kept before, then redelivered: its ack was lost
+            continue
         elements.append(element)
-        if held is not None:
-            identities.append(str(held))
-    return elements, identities
+        if key is not None:
+            new.append(key)
+            seen.add(key)
+    again = set(dropped)
+    return elements, ([i for i in remembered if i not in again] + dropped + new)[-window:]
 
 
 def epoch_batches(shard_log: ShardLog, record: EpochRecord) -> list[pa.RecordBatch]:

@@ -35,10 +35,12 @@ from pyspark.sql.types import StructType
 
 from .admission import ReadMaxRows, SupportsTriggerAvailableNow
 from .options import OptionError, SourceOptions, describe, resolve_factory
+from .run_log import WAL_LOCK_TIMEOUT_S
 from .shard_log import ShardLog
 from .shard_task import epoch_batches, read_epoch
 from .shards import Shard, is_sharded
 from .upstream import Factory
+from .wal import WriteAheadLog
 
 __all__ = ["ShardPartition", "ShardedStreamReader", "shard_offsets"]
 
@@ -86,10 +88,10 @@ def shard_offsets(offset: Mapping[str, Any] | None, shards: int) -> list[int] | 
         raise ValueError(f"reactive source: offset {offset!r} is not "
                          '{"shards": {"0": e0, ...}}')
     if len(held) != shards:
-        raise OptionError("shards", str(shards), f"{len(held)}, as the checkpoint was "
-                          f"written with {len(held)} shards, each counting its own stream; "
-                          "a new number of shards needs a new checkpointLocation and "
-                          "walLocation")
+        raise OptionError("shards", str(shards), f"{len(held)}: the checkpoint was written "
+                          f"with {len(held)} shards, each counting its own stream; keep "
+                          f"shards={len(held)}, or start a new checkpointLocation and "
+                          "walLocation for another number")
     epochs = []
     for index in range(shards):
         value = held.get(str(index))
@@ -107,24 +109,62 @@ def _offset(epochs: Sequence[int]) -> dict[str, dict[str, int]]:
 class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Stream reader of the ``reactive`` source with the option ``shards``.
 
-    Driver side (Spark's source runner): plans epochs and prunes the shards' logs on
-    commit; it holds no subscription. ``read`` (executors) reads one shard's epoch.
+    Driver side (Spark's source runner): plans epochs, holds the write-ahead log's folder
+    for the run (its lock) and prunes the shards' logs on commit; it holds no
+    subscription. ``read`` (executors) reads one shard's epoch.
     """
 
     def __init__(self, options: SourceOptions, schema: StructType,
                  factory: Factory | None) -> None:
-        assert options.shards is not None
+        assert options.shards is not None and options.wal_location is not None
         self.options = options
         self.schema = schema
         self._factory = factory  # shipped by read_stream(): it travels with the reader
         self.shards = options.shards
         self.share = math.ceil(options.max_records_per_trigger / self.shards)
         self._current: list[int] | None = None
-        self._idle_since: dict[int, float] = {}
+        self._idle_at: float | None = None  # when idle shards were last read
         self._available_now: list[int] | None = None
-        self._said = False
+        self._base: list[int] = []  # each shard's position where availableNow started
+        self._logs: list[ShardLog] | None = None
+        self._root: WriteAheadLog | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks get a copy for read(): the factory, not the driver's logs and lock.
+        state = self.__dict__.copy()
+        state["_logs"] = state["_root"] = None
+        return state
 
     # -- driver side ---------------------------------------------------------------------
+
+    def _start(self, start: list[int] | None) -> None:
+        """On the runner's first call: hold the log's folder for this run, and refuse one
+        that another checkpoint has used (Spark 4.2+ says when this checkpoint is new)."""
+        if self._root is not None:
+            return
+        location = self.options.wal_location
+        assert location is not None
+        self._root = WriteAheadLog(location, owner_check=self.options.wal_owner_check)
+        self._root.lock(WAL_LOCK_TIMEOUT_S)
+        self._logs = [ShardLog(location, index, owner_check=self.options.wal_owner_check)
+                      for index in range(self.shards)]
+        for shard_log in self._logs:
+            shard_log.wal.set_aside_torn()  # a task killed mid-write left its temporary file
+        if start is not None and not any(start) and self._root.committed() is not None:
+            raise RuntimeError(
+                f"reactive source: walLocation {self._root.location!r} holds the shard logs "
+                "of another checkpoint, but this query starts from a checkpoint that has "
+                "recorded no batch. A walLocation belongs to one checkpoint: give this query "
+                "one of its own (for example beside its checkpointLocation), or delete that "
+                "directory to start over")
+        log.info("reactive source: reading %d shards on the executors, %d rows a shard a "
+                 "batch at most (%s)", self.shards, self.share, describe(self.options))
+
+    def _log(self, index: int) -> ShardLog:
+        if self._logs is None:
+            self._start(None)
+        assert self._logs is not None
+        return self._logs[index]
 
     def initialOffset(self) -> dict[str, Any]:
         return _offset([0] * self.shards)
@@ -134,73 +174,68 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any] | None = None,
                      limit: Any = None) -> dict[str, Any]:
-        if not self._said:
-            self._said = True
-            log.info("reactive source: reading %d shards on the executors, %d rows a shard "
-                     "a batch at most (%s)", self.shards, self.share, describe(self.options))
-        epochs = (shard_offsets(start, self.shards) or self._current
+        given = shard_offsets(start, self.shards)
+        self._start(given)
+        epochs = (given or self._current
                   or [self._log(index).last_epoch() for index in range(self.shards)])
         if self._available_now is _PENDING:
             self._available_now = list(epochs)  # where this availableNow run starts
+            self._base = [self._position(index, epoch) for index, epoch in enumerate(epochs)]
         if self._available_now:
             planned = self._plan_available_now(epochs)
         else:
-            now = time.monotonic()
-            planned = [epoch + 1 if self._plan(index, epoch, now) else epoch
-                       for index, epoch in enumerate(epochs)]
+            planned = self._plan(epochs)
         self._current = planned
         return _offset(planned)
 
-    def _plan(self, index: int, epoch: int, now: float) -> bool:
-        """Whether shard ``index``, which has had ``epoch`` epochs, is read in the next:
-        unless its last epoch brought nothing, and it has been idle less than the pause."""
-        record = self._log(index).record(epoch) if epoch else None
-        if record is None or record.end > record.start:
-            self._idle_since.pop(index, None)
-            return True
-        idle = self._idle_since.setdefault(index, now)
-        if now - idle >= max(self.options.fill_wait_ms / 1000, IDLE_PAUSE_S):
-            self._idle_since[index] = now
-            return True
-        return False
+    def _position(self, index: int, epoch: int) -> int:
+        """Shard ``index``'s position after its epoch ``epoch`` (the one before, where
+        that has run no task yet): the elements of its stream kept so far."""
+        shard_log = self._log(index)
+        for known in (epoch, epoch - 1):
+            record = shard_log.record(known) if known > 0 else None
+            if record is not None:
+                return record.end
+        return 0
+
+    def _plan(self, epochs: list[int]) -> list[int]:
+        """The next epochs: every shard whose last epoch brought rows (or that has none
+        yet); the idle ones together, first at once, then each ``max(fillWaitMs, 1 s)``."""
+        idle = []
+        for index, epoch in enumerate(epochs):
+            record = self._log(index).record(epoch) if epoch else None
+            if record is not None and record.end == record.start:
+                idle.append(index)
+        now = time.monotonic()
+        pause = max(self.options.fill_wait_ms / 1000, IDLE_PAUSE_S)
+        due = self._idle_at is None or now - self._idle_at >= pause
+        if idle and due:
+            self._idle_at = now
+        return [epoch + 1 if index not in idle or due else epoch
+                for index, epoch in enumerate(epochs)]
 
     def _plan_available_now(self, epochs: list[int]) -> list[int]:
         """An availableNow run's next epochs: every shard once, then those whose last
-        epoch was full, while the run has taken fewer than availableNowMaxRecords rows."""
+        epoch was full, until the run has taken availableNowMaxRecords rows."""
         since = self._available_now or []
-        taken = sum(self._rows(index, since[index], epoch)
+        taken = sum(self._position(index, epoch) - self._base[index]
                     for index, epoch in enumerate(epochs))
+        if taken >= self.options.available_now_max_records:
+            return list(epochs)
         planned = []
         for index, epoch in enumerate(epochs):
             record = self._log(index).record(epoch) if epoch > since[index] else None
             full = record is not None and record.end - record.start >= self.share
-            more = epoch == since[index] or (
-                full and taken < self.options.available_now_max_records)
-            planned.append(epoch + 1 if more else epoch)
+            planned.append(epoch + 1 if epoch == since[index] or full else epoch)
         return planned
-
-    def _rows(self, index: int, since: int, until: int) -> int:
-        """Rows shard ``index`` gave from epoch ``since`` (exclusive) to ``until``."""
-        if until <= since:
-            return 0
-        shard_log = self._log(index)
-        first, last = shard_log.record(since + 1), shard_log.record(until)
-        if first is None or last is None:
-            return 0
-        return last.end - first.start
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         # Spark 4.2+ shows this as the source's "latestOffset" in query progress: each
-        # shard's epochs, and its position (the elements of its stream read so far).
+        # shard's epochs, and its position (the elements of its stream kept so far).
         if self._current is None:
             return None
-        positions = {}
-        for index, epoch in enumerate(self._current):
-            # The epoch just planned has no record until its task runs: the one before.
-            shard_log = self._log(index)
-            record = next(filter(None, (shard_log.record(e) for e in (epoch, epoch - 1)
-                                        if e > 0)), None)
-            positions[str(index)] = 0 if record is None else record.end
+        positions = {str(index): self._position(index, epoch)
+                     for index, epoch in enumerate(self._current)}
         return {**_offset(self._current), "positions": positions}
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -209,6 +244,7 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first = shard_offsets(start, self.shards) or [0] * self.shards
         last = shard_offsets(end, self.shards) or [0] * self.shards
+        self._start(None)
         self._current = list(last)
         return [ShardPartition(index, self.shards, epoch)
                 for index in range(self.shards)
@@ -216,17 +252,16 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         epochs = shard_offsets(end, self.shards) or []
+        self._start(None)
+        assert self._root is not None
+        self._root.claim(1)  # this walLocation belongs to a checkpoint now
         for index, epoch in enumerate(epochs):
             if epoch:
                 self._log(index).prune(epoch)
 
-    def _log(self, index: int) -> ShardLog:
-        assert self.options.wal_location is not None
-        return ShardLog(self.options.wal_location, index,
-                        owner_check=self.options.wal_owner_check)
-
     def stop(self) -> None:
-        pass  # no subscription lives on the driver
+        if self._root is not None:
+            self._root.unlock()
 
     # -- executors -----------------------------------------------------------------------
 

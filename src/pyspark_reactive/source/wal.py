@@ -444,12 +444,23 @@ class WriteAheadLog:
 
     # -- writing -------------------------------------------------------------------------
 
-    def probe(self) -> None:
-        """Create the directory if needed and check that a file can be written there."""
+    def probe(self, links: bool = False) -> None:
+        """Create the directory if needed and check that a file can be written there
+        (and, with ``links``, published: see :meth:`publish`)."""
         self._make_dirs(self._root)
         probe = self._path(f".probe-{uuid.uuid4().hex}")
         self._write_bytes(probe, b"probe")
         self._fs.delete_file(probe)
+        if links:
+            name = f".probe-link-{uuid.uuid4().hex}"
+            try:
+                self.publish(name, b"probe")
+            except OSError as error:
+                raise OSError(error.errno, "a file could not be published there with a "
+                              f"hard link ({error.strerror}); shards need a filesystem "
+                              "with hard links") from None
+            finally:
+                self.remove(name)
         self._legacy()
 
     def _make_dirs(self, path: str) -> None:
@@ -503,6 +514,10 @@ class WriteAheadLog:
                              "filesystem (one with hard links)")
         return self._write_bytes(self._path(name), data, replace=False)
 
+    def put(self, name: str, data: bytes) -> None:
+        """Write the small file ``name`` durably, replacing it where it exists."""
+        self._write_bytes(self._path(name), data)
+
     def mark(self, name: str) -> bytes | None:
         """The first bytes of the small file ``name`` (4 KiB at most), or None."""
         return self._read_mark(name)
@@ -543,7 +558,8 @@ class WriteAheadLog:
                     os.link(temporary, path)
                 except FileExistsError:
                     won = False
-                os.unlink(temporary)
+                finally:
+                    os.unlink(temporary)
             directory = os.open(os.path.dirname(path), os.O_RDONLY | _CLOEXEC)
             try:
                 os.fsync(directory)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
 from pyspark.errors import StreamingQueryException
@@ -20,9 +21,13 @@ from test_source import queries, watch
 
 from pyspark_reactive import OptionError, Shard, read_stream, sharded
 from pyspark_reactive.publishers.range import range_publisher
+from pyspark_reactive.source import sharded as sharded_module
 from pyspark_reactive.source.options import parse_source_options
+from pyspark_reactive.source.reader import _offset as reader_offset
+from pyspark_reactive.source.shard_log import StaleAttempt
 from pyspark_reactive.source.shard_task import epoch_batches, read_epoch
 from pyspark_reactive.source.sharded import ShardedStreamReader
+from pyspark_reactive.source.wal import WalNotPrivate
 from reactive_streams import IterablePublisher
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source.py
@@ -123,6 +128,7 @@ class _Queue:
         self.waiting = list(messages)
         self.unacknowledged: list[int] = []
         self.lose_acknowledgements = False  # a crash between durable and acknowledged
+        self.withhold = 0  # subscriptions that get no redelivery (an ack deadline)
 
     def publisher(self) -> Any:
         queue = self
@@ -138,8 +144,13 @@ class _Queue:
                         queue.unacknowledged.remove(message)
 
         def messages() -> Iterator[int]:
-            redelivered, queue.unacknowledged = queue.unacknowledged, []
-            for message in redelivered + queue.waiting:
+            if queue.withhold:
+                queue.withhold -= 1
+                redelivered, withheld = [], queue.unacknowledged
+            else:
+                redelivered, withheld = queue.unacknowledged, []
+            queue.unacknowledged = list(withheld)
+            for message in redelivered + list(queue.waiting):
                 if message in queue.waiting:
                     queue.waiting.remove(message)
                 queue.unacknowledged.append(message)
@@ -165,6 +176,126 @@ def test_an_acknowledging_shard_repeats_nothing_after_a_lost_acknowledgement(
         kept += [v for b in epoch_batches(shard_log, record) for v in b.column(0).to_pylist()]
     assert kept == list(range(12))
     assert queue.unacknowledged == [] and queue.waiting == []
+
+
+def test_a_redelivery_two_epochs_late_and_lost_twice_is_still_dropped(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=1))
+    queue = _Queue(list(range(20)))
+
+    @sharded
+    def factory(_options: Any) -> Any:
+        return queue.publisher()
+
+    kept = []
+    for epoch in range(1, 9):
+        # Epoch 2's acknowledgement is lost; the queue redelivers only at epoch 4, whose
+        # acknowledgement is lost too, so the redeliveries come back once more at 5.
+        queue.lose_acknowledgements = epoch in (2, 4)
+        queue.withhold = 1 if epoch == 2 else 0
+        shard_log, record = read_epoch(options, SCHEMA, factory, Shard(0, 1), epoch, 4)
+        kept += [v for b in epoch_batches(shard_log, record) for v in b.column(0).to_pylist()]
+    assert sorted(kept) == list(range(20)) and len(kept) == 20
+    assert queue.unacknowledged == [] and queue.waiting == []
+
+
+def test_an_attempt_that_publishes_after_its_epoch_was_committed_keeps_nothing(
+        tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=1, count=100))
+    for epoch in range(1, 4):
+        shard_log, _ = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), epoch, 10)
+    shard_log.prune(3)  # Spark committed epoch 3: 1 and 2 are forgotten
+    assert shard_log.record(1) is None and shard_log.record(3) is not None
+    batch = pa.record_batch([pa.array([0, 1], pa.int64())], names=["value"])
+    with pytest.raises(StaleAttempt, match="epoch 1 was committed"):
+        shard_log.publish(1, 0, [batch], batch.schema, None)  # a late attempt of epoch 1
+    assert shard_log.record(1) is None
+
+
+def test_an_empty_attempt_that_loses_leaves_the_epoch_before_whole(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=1, count=4))
+    shard_log, _ = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, 10)
+    _, second = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 2, 10)
+    assert (second.start, second.end) == (4, 4)  # the feed's end: an empty epoch
+    # Epoch 3 from offset 4: an attempt that got two rows wins, an empty one loses (its
+    # segment would be byte for byte epoch 2's, but for the epoch each one names).
+    batch = pa.record_batch([pa.array([4, 5], pa.int64())], names=["value"])
+    winner, mine = shard_log.publish(3, 4, [batch], batch.schema, None)
+    loser, theirs = shard_log.publish(3, 4, [], batch.schema, None)
+    assert mine and not theirs and loser == winner and (winner.start, winner.end) == (4, 6)
+    assert shard_log.rows(second).num_rows == 0  # still there, still whole
+
+
+def test_an_available_now_run_ends_at_its_bound_on_an_endless_feed(tmp_path: Path) -> None:
+    # Spark's calls, made here: each batch's tasks read, then the batch is committed.
+    options = parse_source_options(_options(tmp_path, shards=2, maxRecordsPerTrigger=20,
+                                            availableNowMaxRecords=70))
+    reader = ShardedStreamReader(options, SCHEMA, None)
+    start, rows, batches = reader.initialOffset(), 0, 0
+    reader.prepareForTriggerAvailableNow()
+    while (end := reader.latestOffset(start, None)) != start:
+        for partition in reader.partitions(start, end):
+            _, record = read_epoch(options, SCHEMA, range_publisher,
+                                   Shard(partition.shard, 2), partition.epoch, 10)
+            rows += record.end - record.start
+        reader.commit(end)
+        start, batches = end, batches + 1
+        assert batches < 20, "the run did not end"
+    assert 70 <= rows < 90
+    reader.stop()
+
+
+def test_idle_shards_are_read_again_together_after_the_pause(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    options = parse_source_options(_options(tmp_path, shards=2, count=4, fillWaitMs=0))
+    reader = ShardedStreamReader(options, SCHEMA, None)
+    start = reader.initialOffset()
+    for _ in range(2):  # the feed's 4 rows, then an epoch that finds nothing
+        end = reader.latestOffset(start, None)
+        for partition in reader.partitions(start, end):
+            read_epoch(options, SCHEMA, range_publisher, Shard(partition.shard, 2),
+                       partition.epoch, 10)
+        start = end
+    monkeypatch.setattr(sharded_module, "IDLE_PAUSE_S", 3600.0)
+    planned = reader.latestOffset(start, None)  # idle, first look in this run: read at once
+    assert planned == {"shards": {"0": 3, "1": 3}}
+    for partition in reader.partitions(start, planned):
+        read_epoch(options, SCHEMA, range_publisher, Shard(partition.shard, 2),
+                   partition.epoch, 10)
+    assert reader.latestOffset(planned, None) == planned  # both idle: no batch
+    monkeypatch.setattr(sharded_module, "IDLE_PAUSE_S", 0.0)
+    assert reader.latestOffset(planned, None) == {"shards": {"0": 4, "1": 4}}
+    reader.stop()
+
+
+def test_a_wal_location_another_checkpoint_committed_to_is_refused(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=1, count=10))
+    reader = ShardedStreamReader(options, SCHEMA, None)
+    end = reader.latestOffset(reader.initialOffset(), None)
+    read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, 10)
+    reader.commit(end)
+    reader.stop()
+    fresh = ShardedStreamReader(options, SCHEMA, None)
+    with pytest.raises(RuntimeError, match="holds the shard logs of another checkpoint"):
+        fresh.latestOffset(fresh.initialOffset(), None)
+
+
+def test_a_sharded_checkpoint_restarted_without_shards_names_the_option() -> None:
+    with pytest.raises(OptionError, match=r"option shards=None .*give shards=2"):
+        reader_offset({"shards": {"0": 3, "1": 3}})
+
+
+def test_shards_refuse_a_wal_location_without_hard_links_or_local_path() -> None:
+    with pytest.raises(OptionError, match=r"option walLocation='s3://bucket/wal' .*hard link"):
+        parse_source_options({"publisher": "range", "shards": "2",
+                              "walLocation": "s3://bucket/wal"})
+
+
+def test_a_shard_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=1, count=10))
+    read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, 5)
+    (tmp_path / "wal" / "shard-0000").chmod(0o777)
+    with pytest.raises(WalNotPrivate, match="writable by"):
+        read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 2, 5)
 
 
 def test_a_partition_carries_a_shard_and_an_epoch_not_rows(tmp_path: Path) -> None:
@@ -239,6 +370,7 @@ def _doubled(options: Any) -> Any:
     return IterablePublisher(lambda: iter(range(2 * first, 100, 2 * shard.count)))
 
 
+@pytest.mark.spark_lines
 def test_a_shipped_sharded_factory_reaches_the_executors(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:
