@@ -41,6 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+sys.path.insert(0, str(ROOT / "tests" / "peers"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from standalone import QUICK_START_JVM, Daemon, start  # noqa: E402 - tests/cluster

@@ -30,6 +30,7 @@ from ..source.options import (
     OptionSpecs,
 )
 from ..source.rows import Undecodable
+from ..source.shards import sharded
 from .columns import json_columns, keep_columns
 
 __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA",
@@ -42,6 +43,8 @@ DEFAULT_RECEIVE_MAXIMUM = 65535
 #: message's topic, payload and MESSAGE_OVERHEAD_BYTES): with large payloads or long topics
 #: the count alone (up to maxRecordsPerTrigger more) would let a publisher fill memory.
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 2**20
+# A shard's session outlives its task: between tasks the broker keeps its messages.
+DEFAULT_SHARD_SESSION_EXPIRY_S = 86400
 #: The rows' schema with the default ``format=message``.
 MESSAGE_SCHEMA = "topic STRING, payload BINARY, qos INT, retain BOOLEAN, timestamp TIMESTAMP"
 FORMATS = ("message", "json")
@@ -76,6 +79,13 @@ OPTION_SPECS = OptionSpecs([
         "nothing survives a restart; a resumed session keeps the topics of earlier runs, "
         "so give a new id when `topic` changes.", accepted="a client id (any text)",
         shown_default="none: the broker assigns one"),
+    OptionSpec(
+        "shareGroup", "With the source's option `shards`: the group of the shared "
+        "subscription `$share/<shareGroup>/<topic>` the shards read, shard i with the client "
+        "id `<clientId>-<i>` and a persistent session of its own, so the broker spreads the "
+        "topic's messages over the shards and keeps what a shard's task did not "
+        "acknowledge for its next task.", accepted="a share name (no /, + or #)",
+        shown_default="the clientId"),
     OptionSpec(
         "cleanStart", "Whether the connection drops the session the broker kept for "
         "`clientId` (and every message queued in it) rather than resuming it.",
@@ -212,6 +222,12 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         raise OptionError("sessionExpiry", specs.given(lower, "sessionExpiry"),
                           "0, or set clientId: a session can only be resumed by its client "
                           "id, and without one the broker would keep it for nothing")
+    shard = getattr(options, "shard", None)
+    if shard is not None:
+        topic, client_id = _shard_subscription(lower, topic, client_id, clean_start, shard)
+        clean_start = False
+        if session_expiry is None:
+            session_expiry = DEFAULT_SHARD_SESSION_EXPIRY_S
     username, password = specs.given(lower, "username"), specs.given(lower, "password")
     if password is not None and username is None:
         raise OptionError("password", "(hidden)", f"{_PASSWORD}: MQTT sends no password "
@@ -247,6 +263,24 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         max_message_bytes=max_message_bytes, max_buffered_bytes=max_buffered_bytes,
         keepalive=keepalive, connect_timeout=connect_timeout / 1000,
         max_messages=max_messages, acknowledge="on_durable", decode=decode)
+
+
+def _shard_subscription(options: Mapping[str, str], topic: str, client_id: str,
+                        clean_start: bool | None, shard: Any) -> tuple[str, str]:
+    """The shared subscription and the client id of ``shard`` (option ``shards``)."""
+    if not client_id:
+        raise OptionError("clientId", None, "a client id, with shards: shard i reads with "
+                          "the client id <clientId>-<i> and a persistent session, which "
+                          "keeps what one task did not acknowledge for the next")
+    if clean_start:
+        raise OptionError("cleanStart", OPTION_SPECS.given(options, "cleanStart"),
+                          "false with shards: a shard's session must outlive its task")
+    group = OPTION_SPECS.given(options, "shareGroup") or client_id
+    if not group or any(c in group for c in "/+#"):
+        raise OptionError("shareGroup", group, "a share name without /, + or #")
+    if not topic.startswith("$share/"):
+        topic = f"$share/{group}/{topic}"
+    return topic, f"{client_id}-{shard.index}"
 
 
 def _check_window(options: Mapping[str, str], qos: int, given: int | None,
@@ -288,6 +322,7 @@ def default_schema(options: Mapping[str, str]) -> str:
     return MESSAGE_SCHEMA
 
 
+mqtt_publisher = sharded(mqtt_publisher)
 mqtt_publisher.default_schema = default_schema  # type: ignore[attr-defined]
 mqtt_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 

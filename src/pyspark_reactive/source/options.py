@@ -360,7 +360,8 @@ SOURCE_OPTION_SPECS = OptionSpecs([
         "shards", "Read the feed as this many shards, each by a Spark task of its own on the "
         "executors: each micro-batch takes up to `maxRecordsPerTrigger` / `shards` rows "
         "(rounded up) from every shard, and rows never pass through the driver. Only for a "
-        "publisher whose factory is declared `@sharded` (the built-in `range`, or yours); "
+        "publisher whose factory is declared `@sharded` (the built-ins `range` and `mqtt`, "
+        "or yours); "
         "needs `walLocation`, where each shard's rows are kept per batch before they are "
         "acknowledged. Not given: one subscription, in the source runner on the driver.",
         "int", minimum=1, maximum=1024, shown_default="none (read on the driver)"),

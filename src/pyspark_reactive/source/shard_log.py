@@ -32,6 +32,7 @@ log = logging.getLogger("pyspark_reactive.source")
 # list), and the epoch.
 IDENTITIES_METADATA = b"reactive.identities"
 EPOCH_METADATA = b"reactive.epoch"
+ENDED_METADATA = b"reactive.ended"  # why the task stopped taking (shard_task.ENDINGS)
 # The oldest epoch not forgotten: written by prune() before it removes anything.
 _FLOOR = "floor"
 _MARK = re.compile(r"^epoch-(\d{20})$")
@@ -119,7 +120,8 @@ class ShardLog:
 
     def publish(self, epoch: int, start: int, batches: list[pa.RecordBatch],
                 schema: pa.Schema, key: str | None,
-                identities: list[str] | None = None) -> tuple[EpochRecord, bool]:
+                identities: list[str] | None = None,
+                ended: str = "") -> tuple[EpochRecord, bool]:
         """Keep ``batches`` (the shard's elements from offset ``start`` on) as epoch
         ``epoch``, with ``identities`` (the messages' identities the shard remembers, see
         :meth:`identities`) where it has some, unless another attempt did first; return
@@ -134,7 +136,8 @@ class ShardLog:
         rows = sum(batch.num_rows for batch in batches)
         # The epoch in every segment: two attempts' segments never share a name, even
         # when both are empty from the same offset.
-        metadata = {**(schema.metadata or {}), EPOCH_METADATA: str(epoch).encode()}
+        metadata = {**(schema.metadata or {}), EPOCH_METADATA: str(epoch).encode(),
+                    ENDED_METADATA: ended.encode()}
         if identities:
             metadata[IDENTITIES_METADATA] = json.dumps(identities).encode()
         entry = self.wal.write(WalEntry(start, start + rows), batches,
@@ -168,6 +171,10 @@ class ShardLog:
             raise ShardLogDamaged(self.wal.location, f"the identities kept with epoch "
                                   f"{record.epoch} cannot be read: {error}") from None
         return [str(identity) for identity in found]
+
+    def ended(self, record: EpochRecord) -> str:
+        """Why the task that kept ``record`` stopped taking elements ("" if unknown)."""
+        return self.wal.metadata(record.entry).get(ENDED_METADATA, b"").decode()
 
     def floor(self) -> int:
         """The oldest epoch not yet forgotten (0 when nothing was)."""

@@ -11,7 +11,9 @@ Nothing is held between tasks: the subscription lives for one task.
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,11 +30,17 @@ from .rows import RowConverter
 from .shard_log import EpochRecord, ShardLog
 from .shards import Shard
 
-__all__ = ["IDENTITY_WINDOW", "ShardTake", "epoch_batches", "read_epoch"]
+__all__ = ["ENDINGS", "EPOCH_CAP_S", "IDENTITY_WINDOW", "ShardTake", "epoch_batches",
+           "read_epoch"]
 
 #: How many epochs' worth of message identities a shard remembers (times its share): a
 #: redelivery is dropped while its identity is among the newest that many.
 IDENTITY_WINDOW = 2
+#: The longest a task takes elements that keep coming without filling its share.
+EPOCH_CAP_S = 30.0
+#: Why a task's taking ended: its share full, the shard completed, no element for
+#: fillWaitMs, or EPOCH_CAP_S passed while elements still came.
+ENDINGS = ("full", "completed", "paused", "capped")
 
 
 class ShardTake(Subscriber[Any]):
@@ -76,10 +84,12 @@ class ShardTake(Subscriber[Any]):
             self.completed = True
             self._changed.notify_all()
 
-    def wait(self, subscribe_s: float, fill_s: float) -> list[Any]:
-        """The elements taken: waits up to ``subscribe_s`` for ``on_subscribe``, then up
-        to ``fill_s`` for the share to fill; the subscription is then cut at what arrived
-        (later elements are not taken).
+    def wait(self, subscribe_s: float, gap_s: float, cap_s: float) -> tuple[list[Any], str]:
+        """The elements taken, and why the taking ended (:data:`ENDINGS`): waits up to
+        ``subscribe_s`` for ``on_subscribe``, then takes elements while they keep coming,
+        until the share is full, the shard completes, none comes for ``gap_s``, or
+        ``cap_s`` have passed. The subscription is then cut at what arrived (later
+        elements are not taken).
 
         Raises
         ------
@@ -91,11 +101,29 @@ class ShardTake(Subscriber[Any]):
                                           self.error is not None, subscribe_s):
                 raise TimeoutError(f"the shard's publisher did not call on_subscribe "
                                    f"within {subscribe_s:g} s")
-            self._changed.wait_for(lambda: len(self.elements) >= self.share or
-                                   self.completed or self.error is not None, fill_s)
-            if self.error is not None:
-                raise self.error
-            return list(self.elements)
+            cap = time.monotonic() + cap_s
+            ended = ""
+            while not ended:
+                seen = len(self.elements)
+                left = cap - time.monotonic()
+                self._changed.wait_for(functools.partial(self._moved, seen),
+                                       max(0.0, min(gap_s, left)))
+                if self.error is not None:
+                    raise self.error
+                if len(self.elements) >= self.share:
+                    ended = "full"
+                elif self.completed:
+                    ended = "completed"
+                elif len(self.elements) == seen:
+                    ended = "paused" if left > gap_s else "capped"
+                elif time.monotonic() >= cap:
+                    ended = "capped"
+            return list(self.elements), ended
+
+    def _moved(self, seen: int) -> bool:
+        """Whether an element came since ``seen`` were held, or the taking is over."""
+        return (len(self.elements) > seen or len(self.elements) >= self.share
+                or self.completed or self.error is not None)
 
     def cancel(self) -> None:
         subscription = self.subscription
@@ -118,8 +146,8 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
     take = ShardTake(share)
     publisher.subscribe(take)
     try:
-        signalled = take.wait(options.subscribe_timeout_ms / 1000,
-                              options.fill_wait_ms / 1000)
+        signalled, ended = take.wait(options.subscribe_timeout_ms / 1000,
+                                     options.fill_wait_ms / 1000, EPOCH_CAP_S)
         crash_point("shard-taken")
         elements, identities = _new_ones(publisher, signalled, shard_log, epoch,
                                          IDENTITY_WINDOW * share)
@@ -133,7 +161,7 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
             key = position_key(elements[-1])
         batches = [batch] if batch.num_rows else []
         record, mine = shard_log.publish(epoch, resume.offset, batches,
-                                         converter.arrow_schema, key, identities)
+                                         converter.arrow_schema, key, identities, ended)
         crash_point("shard-kept")
         on_durable = getattr(publisher, "on_durable", None)
         if mine and signalled and callable(on_durable):

@@ -224,9 +224,12 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return list(epochs)
         planned = []
         for index, epoch in enumerate(epochs):
-            record = self._log(index).record(epoch) if epoch > since[index] else None
-            full = record is not None and record.end - record.start >= self.share
-            planned.append(epoch + 1 if epoch == since[index] or full else epoch)
+            shard_log = self._log(index)
+            record = shard_log.record(epoch) if epoch > since[index] else None
+            # More may be there now: the last task stopped with its share full, or at
+            # its time cap while elements still came (not at a pause or the end).
+            more = record is not None and shard_log.ended(record) in ("full", "capped")
+            planned.append(epoch + 1 if epoch == since[index] or more else epoch)
         return planned
 
     def reportLatestOffset(self) -> dict[str, Any] | None:

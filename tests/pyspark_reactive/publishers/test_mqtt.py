@@ -214,3 +214,37 @@ def test_default_schemas() -> None:
     assert default_schema({}) == MESSAGE_SCHEMA
     with pytest.raises(OptionError, match="format=json parses each payload"):
         default_schema({"format": "JSON"})
+
+
+def test_two_shards_of_a_shared_subscription_read_every_message_once(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        broker: mosquitto.Broker, tmp_path: Path) -> None:
+    topic = f"spark/shards/{uuid.uuid4().hex[:8]}"
+    client_id = f"shards-{uuid.uuid4().hex[:8]}"
+    for shard in (0, 1):  # each shard's session, queueing before the query starts
+        mosquitto.persistent_session(broker, f"$share/{client_id}/{topic}",
+                                     f"{client_id}-{shard}")
+    count = 400
+    mosquitto.publish(broker.host, broker.port, topic,
+                      [json.dumps({"id": i}) for i in range(count)])
+    df = reactive(spark, publisher="mqtt", host=broker.host, port=broker.port, topic=topic,
+                  clientId=client_id, format="json", shards=2, maxRecordsPerTrigger=100,
+                  walLocation=tmp_path / "wal").schema("id BIGINT").load()
+    query, name = to_memory(df, queries, tmp_path)
+    watch.wait_rows(query, count)
+    query.stop()
+    assert sorted(row.id for row in spark.table(name).collect()) == list(range(count))
+    assert max(watch.batch_sizes(query)) <= 100
+
+
+def test_shards_need_a_client_id_for_the_shards_sessions() -> None:
+    from pyspark_reactive.source.durability import FactoryOptions
+    from pyspark_reactive.source.shards import Shard
+
+    options = FactoryOptions({"host": "127.0.0.1", "topic": "a/b"}, shard=Shard(0, 2))
+    with pytest.raises(OptionError, match=r"option clientId=None .*with shards"):
+        mqtt_publisher(options)
+    named = FactoryOptions({"host": "127.0.0.1", "topic": "a/b", "clientId": "q"},
+                           shard=Shard(1, 2))
+    made = mqtt_publisher(named)
+    assert "$share/q/a/b" in repr(made) and "q-1" in repr(made)

@@ -21,6 +21,7 @@ from test_source import queries, watch
 
 from pyspark_reactive import OptionError, Shard, read_stream, sharded
 from pyspark_reactive.publishers.range import range_publisher
+from pyspark_reactive.source import shard_task as shard_task_module
 from pyspark_reactive.source import sharded as sharded_module
 from pyspark_reactive.source.options import parse_source_options
 from pyspark_reactive.source.reader import _offset as reader_offset
@@ -39,22 +40,17 @@ def _options(tmp_path: Path, **given: Any) -> dict[str, str]:
             **{k: str(v) for k, v in given.items()}}
 
 
-def _run(spark: SparkSession, queries: list[StreamingQuery], watch: ProgressWatch,
-         checkpoint: Path, rows: int, **options: str) -> tuple[StreamingQuery, str]:
-    """A query of the reactive source into a memory table, run until ``rows`` rows."""
-    name = f"sharded_{uuid.uuid4().hex[:8]}"
+def _start(spark: SparkSession, queries: list[StreamingQuery], tmp_path: Path,
+           **options: Any) -> StreamingQuery:
+    """A query of the reactive source into parquet files (a sink that restarts from its
+    checkpoint), under ``tmp_path``."""
     reader = spark.readStream.format("reactive")
     for key, value in options.items():
-        reader = reader.option(key, value)
-    query = (reader.load().writeStream.format("memory").queryName(name)
-             .option("checkpointLocation", str(checkpoint)).start())
+        reader = reader.option(key, str(value))
+    query = (reader.load().writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     queries.append(query)
-    watch.wait_rows(query, rows, timeout=180)
-    return query, name
-
-
-def _values(spark: SparkSession, table: str) -> list[int]:
-    return sorted(row.value for row in spark.table(table).collect())
+    return query
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -90,17 +86,17 @@ def test_each_shard_gives_its_own_part_of_the_feed_in_epochs(tmp_path: Path) -> 
 
 
 def test_two_attempts_of_one_task_at_once_give_one_outcome(tmp_path: Path) -> None:
-    # A paced shard: each attempt takes what arrives within fillWaitMs, so attempts that
-    # ran alone would keep different rows; the log keeps one of them for both.
+    # Both attempts take the shard's first 400 rows at once, each keeping a segment of its
+    # own; one publishes the epoch, and the other gives its rows and drops its segment.
     options = parse_source_options(_options(tmp_path, shards=1, rowsPerSecond=2000,
-                                            fillWaitMs=300, maxRecordsPerTrigger=10_000))
+                                            maxRecordsPerTrigger=400))
     outcomes: list[tuple[str, list[int]]] = []
     started = threading.Barrier(2)
 
     def attempt() -> None:
         started.wait()
         shard_log, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1,
-                                       10_000)
+                                       400)
         outcomes.append((record.entry.name, [v for b in epoch_batches(shard_log, record)
                                              for v in b.column(0).to_pylist()]))
 
@@ -111,9 +107,9 @@ def test_two_attempts_of_one_task_at_once_give_one_outcome(tmp_path: Path) -> No
         thread.join(60)
     assert len(outcomes) == 2 and outcomes[0] == outcomes[1]
     rows = outcomes[0][1]
-    assert rows and rows == list(range(len(rows)))
+    assert rows == list(range(400))
     # The next epoch goes on after the kept rows, whichever attempt kept them.
-    _, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 2, 10_000)
+    _, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 2, 400)
     assert record.start == len(rows)
     [name] = [n for n in (tmp_path / "wal" / "shard-0000").iterdir()
               if n.name.startswith("00000000000000000000-")]
@@ -330,37 +326,30 @@ def test_two_shards_read_on_the_executors_every_row_once_across_a_restart(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:
     options = _options(tmp_path, shards=2, maxRecordsPerTrigger=200, count=1000)
-    checkpoint = tmp_path / "checkpoint"
-    query, table = _run(spark, queries, watch, checkpoint, 400, **options)
-    query.stop()
-    first = _values(spark, table)
-    assert first == sorted(set(first)) and len(first) >= 400
-    query, table = _run(spark, queries, watch, checkpoint, 1000 - len(first), **options)
-    watch.wait_for(query, lambda: len(spark.table(table).collect()) + len(first) >= 1000,
-                   timeout=120)
-    query.stop()
-    assert sorted(first + _values(spark, table)) == list(range(1000))
+    first = _start(spark, queries, tmp_path, **options)
+    watch.wait_rows(first, 400, timeout=180)
+    first.stop()
+    second = _start(spark, queries, tmp_path, **options)
+    watch.wait_for(second, lambda: watch.rows(first) + watch.rows(second) >= 1000,
+                   timeout=180, what="the feed's 1000 rows")
+    second.stop()
+    values = sorted(r.value for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert values == list(range(1000))
     # Each batch read both shards, 100 rows a shard at most.
-    assert all(rows <= 200 for rows in watch.batch_sizes(query))
+    assert max(watch.batch_sizes(first) + watch.batch_sizes(second)) <= 200
 
 
-@pytest.mark.spark_lines
 def test_a_restart_with_another_number_of_shards_fails_naming_the_option(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:
-    checkpoint = tmp_path / "checkpoint"
-    query, _ = _run(spark, queries, watch, checkpoint, 10,
-                    **_options(tmp_path, shards=2, maxRecordsPerTrigger=10, count=100))
-    query.stop()
-    name = f"sharded_{uuid.uuid4().hex[:8]}"
-    reader = spark.readStream.format("reactive")
-    for key, value in _options(tmp_path, shards=3, maxRecordsPerTrigger=10).items():
-        reader = reader.option(key, value)
-    query = (reader.load().writeStream.format("memory").queryName(name)
-             .option("checkpointLocation", str(checkpoint)).start())
-    queries.append(query)
+    first = _start(spark, queries, tmp_path,
+                   **_options(tmp_path, shards=2, maxRecordsPerTrigger=10, count=100))
+    watch.wait_rows(first, 10, timeout=180)
+    first.stop()
+    again = _start(spark, queries, tmp_path,
+                   **_options(tmp_path, shards=3, maxRecordsPerTrigger=10, count=100))
     with pytest.raises(StreamingQueryException, match=r"option shards='3'"):
-        query.awaitTermination(120)
+        again.awaitTermination(120)
 
 
 @sharded
@@ -382,4 +371,19 @@ def test_a_shipped_sharded_factory_reaches_the_executors(
     queries.append(query)
     watch.wait_rows(query, 50, timeout=180)
     query.stop()
-    assert _values(spark, name) == list(range(0, 100, 2))
+    assert sorted(r.value for r in spark.table(name).collect()) == list(range(0, 100, 2))
+
+
+@pytest.mark.parametrize(("given", "ended"), [
+    ({"count": 5}, "completed"),                 # the shard ends within its share
+    ({}, "full"),                                # endless and fast: the share fills
+    ({"rowsPerSecond": 4, "fillWaitMs": 100}, "paused"),   # nothing for fillWaitMs
+    ({"rowsPerSecond": 500, "fillWaitMs": 500}, "capped"),  # still coming at the cap
+])
+def test_a_task_says_why_it_stopped_taking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           given: dict[str, Any], ended: str) -> None:
+    monkeypatch.setattr(shard_task_module, "EPOCH_CAP_S", 0.6)
+    options = parse_source_options(_options(tmp_path, shards=1, maxRecordsPerTrigger=10_000,
+                                            **given))
+    shard_log, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, 10_000)
+    assert shard_log.ended(record) == ended
