@@ -190,7 +190,8 @@ def ensure(venv: Path, base_python: Path, base: list[list[str]], wheel: Path,
         run_pip(python, ["uninstall", "--quiet", "--yes", "pyspark-reactive"],
                 f"{venv.name}: removing the previous build of the project")
     stamp_file.unlink(missing_ok=True)
-    # The project as a user installs it: its normal dependencies, resolved by pip.
+    # The project as a user installs it: its normal dependencies, resolved by pip (by uv
+    # for the server's venv).
     install([wheel_spec],
             f"{venv.name}: installing the project ({wheel.name}) with its dependencies")
     if extra:

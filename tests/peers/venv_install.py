@@ -2,8 +2,10 @@
 
 ``./dev`` makes four venvs of the same requirements (``.venv`` and one a Spark line older
 than its pyspark). pip took 115 s for one on a quiet 2-core machine and 200 s beside the
-tests; uv, which resolves in parallel and links from its cache, takes 20 to 80 s. uv comes
-from pip (``./dev`` puts it in ``.venv`` first), and this runs in ``.venv``::
+tests; uv, which resolves in parallel and links from its cache, takes about 18 s from its
+cache (56 s where it must build pyspark's sdist again, as this machine's index makes it do
+online). uv comes from pip (``./dev`` puts it in ``.venv`` first), and this runs in
+``.venv``::
 
     .venv/bin/python tests/peers/venv_install.py TARGET_PYTHON REQUIREMENT...
 
@@ -15,8 +17,9 @@ for is named on standard error. Every module is compiled at install: where
 ``PYTHONDONTWRITEBYTECODE=1`` no import keeps a ``.pyc``, and every Python process, each of
 Spark's workers among them, would compile pyspark, pyarrow and pandas anew.
 
-The venvs of tests/install and tests/databricks are made with pip instead: they stand for
-what a user's ``pip install`` gives.
+The venvs of tests/install and the Databricks Connect clients' are made with pip instead:
+they stand for what a user's ``pip install`` gives. The Databricks servers' venvs are made
+with this (``tests/databricks/environments.py``).
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def main(argv: list[str]) -> int:
     env = {**os.environ, **environment}
     # From uv's cache first: an index that answers every revalidation as modified (this
     # machine's does) makes uv fetch pyspark's sdist and build it again at each install,
-    # 35 of a venv's 55 s. Offline, uv takes the index pages, downloads and builds it kept
+    # 38 of a venv's 56 s. Offline, uv takes the index pages, downloads and builds it kept
     # (stale or not); a requirement they cannot satisfy is resolved online, as before. The
     # venv keeps what it got until pyproject.toml changes, online or not.
     cached = subprocess.run([*command[:3], "--offline", *command[3:]], env=env,

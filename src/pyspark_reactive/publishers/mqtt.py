@@ -262,7 +262,10 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         max_buffered=min(receive_maximum, per_trigger),
         max_message_bytes=max_message_bytes, max_buffered_bytes=max_buffered_bytes,
         keepalive=keepalive, connect_timeout=connect_timeout / 1000,
-        max_messages=max_messages, acknowledge="on_durable", decode=decode)
+        max_messages=max_messages, acknowledge="on_durable", decode=decode,
+        # A shard's task acknowledges before its cancel, then waits for the close: no
+        # message waits for a later on_durable (what it did not keep comes again).
+        **({"linger": 0.0} if shard is not None else {}))
 
 
 def _shard_subscription(options: Mapping[str, str], topic: str, client_id: str,

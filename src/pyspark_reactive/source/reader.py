@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from .._testing.faults import crash_point
 from .admission import ReadMaxRows, SupportsTriggerAvailableNow
+from .durability import FactoryOptions
 from .options import (
     BUILTIN_PUBLISHERS,
     SHIPPED_FACTORY,
@@ -50,7 +51,7 @@ from .options import (
 from .partitions import ArrowPartition
 from .run import QueryRun
 from .sharded import ShardedStreamReader
-from .shards import is_sharded
+from .shards import Shard, is_sharded
 from .upstream import Factory
 
 __all__ = ["DEFAULT_SCHEMA", "DefaultSource", "ReactiveStreamReader", "read_stream"]
@@ -86,8 +87,11 @@ class DefaultSource(DataSource):
             factory = resolve_factory(self.source_options.publisher)
             if self.source_options.publisher.lower() in BUILTIN_PUBLISHERS:
                 # Built-in publishers are ours and cheap to make: making one checks its
-                # options now, not once the query runs.
-                factory(CaseInsensitiveOptions(self.source_options.raw))
+                # options now, not once the query runs (with shards, as a shard).
+                shards = self.source_options.shards
+                factory(FactoryOptions(self.source_options.raw, shard=Shard(0, shards))
+                        if shards is not None
+                        else CaseInsensitiveOptions(self.source_options.raw))
         if self.source_options.wal_location is not None:
             check_wal_location(self.source_options.wal_location,
                                owner_check=self.source_options.wal_owner_check,
@@ -208,9 +212,9 @@ def _offset(offset: Mapping[str, Any] | None) -> Any:
     if "shards" in offset and "offset" not in offset:
         held = offset["shards"]
         count = len(held) if isinstance(held, Mapping) else "some"
-        raise OptionError("shards", None, f"{count}: the checkpoint was written reading "
-                          f"{count} shards on the executors; give shards={count} to go on, "
-                          "or start a new checkpointLocation to read the feed on the driver")
+        raise OptionError("shards", None, f"shards={count}, as the checkpoint was written "
+                          f"reading {count} shards on the executors; or start a new "
+                          "checkpointLocation to read the feed on the driver")
     value = offset.get("offset")
     if type(value) is not int or value < 0:
         raise ValueError(f"reactive source: offset {offset!r} is not {{'offset': n}} with n >= 0")

@@ -3,10 +3,13 @@
 :func:`read_epoch` is all a task does: when the shard's log already has the epoch (a
 retried task, a restarted query, a second attempt that lost), it returns those rows;
 otherwise it makes the shard's publisher (the factory called with the shard and where its
-stream goes on), subscribes, requests the epoch's share, takes what arrives within
-``fillWaitMs`` (or until the share is full, or the shard completes), converts it, keeps it
-in the shard's log, then tells the publisher it is durable (``on_durable``) and cancels.
-Nothing is held between tasks: the subscription lives for one task.
+stream goes on), subscribes, requests the epoch's share and takes elements while they keep
+coming: until the share is full, the shard completes, none comes for ``fillWaitMs`` (for
+the first one, at least :data:`FIRST_ELEMENT_S`), or :data:`EPOCH_CAP_S` have passed. It
+converts them, keeps them in the shard's log, tells the publisher they are durable
+(``on_durable``), cancels, and waits for a publisher that can say so (``wait_closed``) to
+have written its acknowledgements. Nothing is held between tasks: the subscription lives
+for one task.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ __all__ = ["ENDINGS", "EPOCH_CAP_S", "IDENTITY_WINDOW", "ShardTake", "epoch_batc
 IDENTITY_WINDOW = 2
 #: The longest a task takes elements that keep coming without filling its share.
 EPOCH_CAP_S = 30.0
+#: The least a task waits for its shard's first element (fillWaitMs, if longer).
+FIRST_ELEMENT_S = 1.0
+#: How long a task waits, after its cancel, for a publisher that says when its connection
+#: is closed (``wait_closed``), so that its acknowledgements go out before the task ends.
+CLOSE_WAIT_S = 2.0
 #: Why a task's taking ended: its share full, the shard completed, no element for
 #: fillWaitMs, or EPOCH_CAP_S passed while elements still came.
 ENDINGS = ("full", "completed", "paused", "capped")
@@ -100,14 +108,17 @@ class ShardTake(Subscriber[Any]):
             if not self._changed.wait_for(lambda: self.subscription is not None or
                                           self.error is not None, subscribe_s):
                 raise TimeoutError(f"the shard's publisher did not call on_subscribe "
-                                   f"within {subscribe_s:g} s")
+                                   f"within subscribeTimeoutMs ({subscribe_s * 1000:g} ms)")
             cap = time.monotonic() + cap_s
             ended = ""
             while not ended:
                 seen = len(self.elements)
                 left = cap - time.monotonic()
+                # A network publisher (mqtt) calls on_subscribe before it has connected:
+                # its first element may come a round trip or a few later.
+                gap = gap_s if seen else max(gap_s, FIRST_ELEMENT_S)
                 self._changed.wait_for(functools.partial(self._moved, seen),
-                                       max(0.0, min(gap_s, left)))
+                                       max(0.0, min(gap, left)))
                 if self.error is not None:
                     raise self.error
                 if len(self.elements) >= self.share:
@@ -115,7 +126,7 @@ class ShardTake(Subscriber[Any]):
                 elif self.completed:
                     ended = "completed"
                 elif len(self.elements) == seen:
-                    ended = "paused" if left > gap_s else "capped"
+                    ended = "paused" if left > gap else "capped"
                 elif time.monotonic() >= cap:
                     ended = "capped"
             return list(self.elements), ended
@@ -145,9 +156,9 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
     publisher = _make(factory, options, schema, shard, resume)
     take = ShardTake(share)
     publisher.subscribe(take)
+    subscribe_s = options.subscribe_timeout_ms / 1000
     try:
-        signalled, ended = take.wait(options.subscribe_timeout_ms / 1000,
-                                     options.fill_wait_ms / 1000, EPOCH_CAP_S)
+        signalled, ended = take.wait(subscribe_s, options.fill_wait_ms / 1000, EPOCH_CAP_S)
         crash_point("shard-taken")
         elements, identities = _new_ones(publisher, signalled, shard_log, epoch,
                                          IDENTITY_WINDOW * share)
@@ -166,10 +177,15 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
         on_durable = getattr(publisher, "on_durable", None)
         if mine and signalled and callable(on_durable):
             # Every element signalled is durable now: this epoch's, and the redeliveries
-            # of the epoch before, which its record holds.
+            # of the epoch before, which its record holds. Said before the cancel, while
+            # the publisher's connection is open to acknowledge them.
             on_durable(len(signalled))
     finally:
         take.cancel()
+        closed = getattr(publisher, "wait_closed", None)
+        if callable(closed):
+            # The task's process may end next: let the acknowledgements go out first.
+            closed(CLOSE_WAIT_S)
     return shard_log, record
 
 
@@ -210,6 +226,7 @@ def _make(factory: Callable[..., Any], options: SourceOptions, schema: StructTyp
           shard: Shard, resume: ResumePoint) -> Any:
     made = factory(FactoryOptions(options.raw, resume, schema, shard))
     if not callable(getattr(made, "subscribe", None)):
-        raise TypeError(f"reactive source: the factory of shard {shard.index} returned "
-                        f"{type(made).__name__}, not a Publisher")
+        raise TypeError(f"reactive source: the factory of publisher={options.publisher!r} "
+                        f"returned {type(made).__name__} for shard {shard.index}, not a "
+                        "Publisher")
     return made

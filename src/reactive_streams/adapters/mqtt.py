@@ -385,6 +385,15 @@ class MqttPublisher(Publisher[T], Generic[T]):
         return session is not None and session.subscribed.wait(timeout) and (
             session.granted)
 
+    def wait_closed(self, timeout: float) -> bool:
+        """Wait until the latest subscription's connection is closed (after a cancel or
+        the stream's end), its acknowledgements written; True if it is."""
+        session = self._latest
+        if session is None:
+            return True
+        session._thread.join(timeout)
+        return not session._thread.is_alive()
+
     def subscribe(self, subscriber: Subscriber[T]) -> None:
         require_not_none(subscriber, "the subscriber", "§1.9")
         session: _Session[T] = _Session(self)

@@ -3,6 +3,7 @@ epochs kept in the shards' logs before anything is acknowledged, one outcome per
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,6 @@ from test_source import queries, watch
 from pyspark_reactive import OptionError, Shard, read_stream, sharded
 from pyspark_reactive.publishers.range import range_publisher
 from pyspark_reactive.source import shard_task as shard_task_module
-from pyspark_reactive.source import sharded as sharded_module
 from pyspark_reactive.source.options import parse_source_options
 from pyspark_reactive.source.reader import _offset as reader_offset
 from pyspark_reactive.source.shard_log import StaleAttempt
@@ -86,17 +86,23 @@ def test_each_shard_gives_its_own_part_of_the_feed_in_epochs(tmp_path: Path) -> 
 
 
 def test_two_attempts_of_one_task_at_once_give_one_outcome(tmp_path: Path) -> None:
-    # Both attempts take the shard's first 400 rows at once, each keeping a segment of its
-    # own; one publishes the epoch, and the other gives its rows and drops its segment.
-    options = parse_source_options(_options(tmp_path, shards=1, rowsPerSecond=2000,
-                                            maxRecordsPerTrigger=400))
+    # Each attempt's shard gives other rows (as two consumers of one queue would), so each
+    # keeps a segment of its own; one publishes the epoch, the other gives its rows and
+    # removes its segment.
+    options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
+    made = itertools.count()
+
+    @sharded
+    def factory(_options: Any) -> Any:
+        first = 1000 * next(made)
+        return IterablePublisher(lambda: iter(range(first, first + 400)))
+
     outcomes: list[tuple[str, list[int]]] = []
     started = threading.Barrier(2)
 
     def attempt() -> None:
         started.wait()
-        shard_log, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1,
-                                       400)
+        shard_log, record = read_epoch(options, SCHEMA, factory, Shard(0, 1), 1, 400)
         outcomes.append((record.entry.name, [v for b in epoch_batches(shard_log, record)
                                              for v in b.column(0).to_pylist()]))
 
@@ -106,14 +112,14 @@ def test_two_attempts_of_one_task_at_once_give_one_outcome(tmp_path: Path) -> No
     for thread in attempts:
         thread.join(60)
     assert len(outcomes) == 2 and outcomes[0] == outcomes[1]
-    rows = outcomes[0][1]
-    assert rows == list(range(400))
+    name, rows = outcomes[0]
+    assert rows in (list(range(400)), list(range(1000, 1400)))
     # The next epoch goes on after the kept rows, whichever attempt kept them.
     _, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 2, 400)
-    assert record.start == len(rows)
-    [name] = [n for n in (tmp_path / "wal" / "shard-0000").iterdir()
-              if n.name.startswith("00000000000000000000-")]
-    assert name.name == outcomes[0][0]  # the attempt that lost left no segment behind
+    assert record.start == 400
+    segments = [n.name for n in (tmp_path / "wal" / "shard-0000").iterdir()
+                if n.name.startswith("00000000000000000000-")]
+    assert segments == [name]  # the attempt that lost left no segment behind
 
 
 class _Queue:
@@ -158,7 +164,7 @@ class _Queue:
 
 def test_an_acknowledging_shard_repeats_nothing_after_a_lost_acknowledgement(
         tmp_path: Path) -> None:
-    options = parse_source_options(_options(tmp_path, shards=1))
+    options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
     queue = _Queue(list(range(12)))
 
     @sharded
@@ -175,7 +181,7 @@ def test_an_acknowledging_shard_repeats_nothing_after_a_lost_acknowledgement(
 
 
 def test_a_redelivery_two_epochs_late_and_lost_twice_is_still_dropped(tmp_path: Path) -> None:
-    options = parse_source_options(_options(tmp_path, shards=1))
+    options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
     queue = _Queue(list(range(20)))
 
     @sharded
@@ -240,9 +246,8 @@ def test_an_available_now_run_ends_at_its_bound_on_an_endless_feed(tmp_path: Pat
     reader.stop()
 
 
-def test_idle_shards_are_read_again_together_after_the_pause(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    options = parse_source_options(_options(tmp_path, shards=2, count=4, fillWaitMs=0))
+def test_idle_shards_are_read_again_together_after_the_pause(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=2, count=4, fillWaitMs=5000))
     reader = ShardedStreamReader(options, SCHEMA, None)
     start = reader.initialOffset()
     for _ in range(2):  # the feed's 4 rows, then an epoch that finds nothing
@@ -251,14 +256,14 @@ def test_idle_shards_are_read_again_together_after_the_pause(
             read_epoch(options, SCHEMA, range_publisher, Shard(partition.shard, 2),
                        partition.epoch, 10)
         start = end
-    monkeypatch.setattr(sharded_module, "IDLE_PAUSE_S", 3600.0)
     planned = reader.latestOffset(start, None)  # idle, first look in this run: read at once
     assert planned == {"shards": {"0": 3, "1": 3}}
     for partition in reader.partitions(start, planned):
         read_epoch(options, SCHEMA, range_publisher, Shard(partition.shard, 2),
                    partition.epoch, 10)
-    assert reader.latestOffset(planned, None) == planned  # both idle: no batch
-    monkeypatch.setattr(sharded_module, "IDLE_PAUSE_S", 0.0)
+    assert reader.latestOffset(planned, None) == planned  # both idle: no batch (5 s pause)
+    assert reader._idle_at is not None
+    reader._idle_at -= 5.0  # the pause, max(fillWaitMs, 1 s), has passed
     assert reader.latestOffset(planned, None) == {"shards": {"0": 4, "1": 4}}
     reader.stop()
 
@@ -276,7 +281,7 @@ def test_a_wal_location_another_checkpoint_committed_to_is_refused(tmp_path: Pat
 
 
 def test_a_sharded_checkpoint_restarted_without_shards_names_the_option() -> None:
-    with pytest.raises(OptionError, match=r"option shards=None .*give shards=2"):
+    with pytest.raises(OptionError, match=r"option shards=None .*shards=2, as the checkpoint"):
         reader_offset({"shards": {"0": 3, "1": 3}})
 
 
@@ -374,16 +379,18 @@ def test_a_shipped_sharded_factory_reaches_the_executors(
     assert sorted(r.value for r in spark.table(name).collect()) == list(range(0, 100, 2))
 
 
-@pytest.mark.parametrize(("given", "ended"), [
-    ({"count": 5}, "completed"),                 # the shard ends within its share
-    ({}, "full"),                                # endless and fast: the share fills
-    ({"rowsPerSecond": 4, "fillWaitMs": 100}, "paused"),   # nothing for fillWaitMs
-    ({"rowsPerSecond": 500, "fillWaitMs": 500}, "capped"),  # still coming at the cap
+@pytest.mark.parametrize(("given", "share", "ended"), [
+    ({"count": 5, "fillWaitMs": 5000}, 100, "completed"),  # ends within its share
+    ({"fillWaitMs": 5000}, 100, "full"),              # endless and fast: the share fills
+    ({"rowsPerSecond": 4, "fillWaitMs": 100}, 100, "paused"),   # nothing for fillWaitMs
+    ({"rowsPerSecond": 500, "fillWaitMs": 2000}, 10_000, "capped"),  # still coming at the cap
 ])
 def test_a_task_says_why_it_stopped_taking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           given: dict[str, Any], ended: str) -> None:
-    monkeypatch.setattr(shard_task_module, "EPOCH_CAP_S", 0.6)
-    options = parse_source_options(_options(tmp_path, shards=1, maxRecordsPerTrigger=10_000,
+                                           given: dict[str, Any], share: int,
+                                           ended: str) -> None:
+    if ended == "capped":
+        monkeypatch.setattr(shard_task_module, "EPOCH_CAP_S", 0.6)
+    options = parse_source_options(_options(tmp_path, shards=1, maxRecordsPerTrigger=share,
                                             **given))
-    shard_log, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, 10_000)
+    shard_log, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, share)
     assert shard_log.ended(record) == ended
