@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import logging
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -223,6 +224,10 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
                           "0, or set clientId: a session can only be resumed by its client "
                           "id, and without one the broker would keep it for nothing")
     shard = getattr(options, "shard", None)
+    if shard is None and specs.given(lower, "shareGroup") is not None:
+        logging.getLogger("pyspark_reactive.source").warning(
+            "reactive source: the mqtt option shareGroup has no effect without the source's "
+            "option shards (it names the shared subscription the shards read)")
     if shard is not None:
         topic, client_id = _shard_subscription(lower, topic, client_id, clean_start, shard)
         clean_start = False
