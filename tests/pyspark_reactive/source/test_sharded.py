@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructType
@@ -344,19 +343,6 @@ def test_two_shards_read_on_the_executors_every_row_once_across_a_restart(
     assert max(watch.batch_sizes(first) + watch.batch_sizes(second)) <= 200
 
 
-def test_a_restart_with_another_number_of_shards_fails_naming_the_option(
-        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
-        tmp_path: Path) -> None:
-    first = _start(spark, queries, tmp_path,
-                   **_options(tmp_path, shards=2, maxRecordsPerTrigger=10, count=100))
-    watch.wait_rows(first, 10, timeout=180)
-    first.stop()
-    again = _start(spark, queries, tmp_path,
-                   **_options(tmp_path, shards=3, maxRecordsPerTrigger=10, count=100))
-    with pytest.raises(StreamingQueryException, match=r"option shards='3'"):
-        again.awaitTermination(120)
-
-
 @sharded
 def _doubled(options: Any) -> Any:
     shard = options.shard
@@ -364,7 +350,6 @@ def _doubled(options: Any) -> Any:
     return IterablePublisher(lambda: iter(range(2 * first, 100, 2 * shard.count)))
 
 
-@pytest.mark.spark_lines
 def test_a_shipped_sharded_factory_reaches_the_executors(
         spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
         tmp_path: Path) -> None:
