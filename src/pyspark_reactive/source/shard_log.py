@@ -79,9 +79,14 @@ class ShardLog:
     def __init__(self, location: str, index: int, *, owner_check: bool = True) -> None:
         self.index = index
         self.wal = WriteAheadLog(shard_folder(location, index), owner_check=owner_check)
+        # A published epoch never changes (prune() only forgets it): the runner asks for
+        # the same ones at every latestOffset, so each is read once.
+        self._records: dict[int, EpochRecord] = {}
 
     def record(self, epoch: int) -> EpochRecord | None:
         """The epoch's record, or None when no task has published it yet."""
+        if epoch in self._records:
+            return self._records[epoch]
         held = self.wal.mark(_mark(epoch))
         if held is None:
             return None
@@ -90,7 +95,9 @@ class ShardLog:
         if match is None:
             raise ShardLogDamaged(self.wal.location, f"the mark {_mark(epoch)} names "
                                   f"{name[:80]!r}, not a segment")
-        return EpochRecord(epoch, WalEntry(int(match[1]), int(match[2]), int(match[3], 16)))
+        record = EpochRecord(epoch, WalEntry(int(match[1]), int(match[2]), int(match[3], 16)))
+        self._records[epoch] = record
+        return record
 
     def last_epoch(self) -> int:
         """The latest epoch a task kept (0 when none)."""
@@ -190,6 +197,7 @@ class ShardLog:
         if kept is None or keep <= self.floor():
             return
         self.wal.put(_FLOOR, str(keep).encode())
+        self._records = {e: r for e, r in self._records.items() if e >= keep}
         for name in self.wal.names():
             mark = _MARK.match(name)
             if mark is not None and int(mark[1]) < keep:

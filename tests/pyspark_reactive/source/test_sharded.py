@@ -161,40 +161,37 @@ class _Queue:
         return Consumer(messages)
 
 
-def test_an_acknowledging_shard_repeats_nothing_after_a_lost_acknowledgement(
-        tmp_path: Path) -> None:
+def _read_queue(tmp_path: Path, queue: _Queue, epochs: int, lost: tuple[int, ...],
+                withheld: tuple[int, ...] = ()) -> list[int]:
+    """The rows ``epochs`` epochs of one shard over ``queue`` keep, losing the
+    acknowledgements of the epochs ``lost`` and withholding redelivery after ``withheld``."""
     options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
-    queue = _Queue(list(range(12)))
 
     @sharded
     def factory(_options: Any) -> Any:
         return queue.publisher()
 
     kept = []
-    for epoch in range(1, 5):
-        queue.lose_acknowledgements = epoch == 2  # kept, then killed before the ack
+    for epoch in range(1, epochs + 1):
+        queue.lose_acknowledgements = epoch in lost  # kept, then killed before the ack
+        queue.withhold = 1 if epoch in withheld else 0
         shard_log, record = read_epoch(options, SCHEMA, factory, Shard(0, 1), epoch, 4)
         kept += [v for b in epoch_batches(shard_log, record) for v in b.column(0).to_pylist()]
-    assert kept == list(range(12))
+    return kept
+
+
+def test_an_acknowledging_shard_repeats_nothing_after_a_lost_acknowledgement(
+        tmp_path: Path) -> None:
+    queue = _Queue(list(range(12)))
+    assert _read_queue(tmp_path, queue, 4, lost=(2,)) == list(range(12))
     assert queue.unacknowledged == [] and queue.waiting == []
 
 
 def test_a_redelivery_two_epochs_late_and_lost_twice_is_still_dropped(tmp_path: Path) -> None:
-    options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
+    # Epoch 2's acknowledgement is lost; the queue redelivers only at epoch 4, whose
+    # acknowledgement is lost too, so the redeliveries come back once more at 5.
     queue = _Queue(list(range(20)))
-
-    @sharded
-    def factory(_options: Any) -> Any:
-        return queue.publisher()
-
-    kept = []
-    for epoch in range(1, 9):
-        # Epoch 2's acknowledgement is lost; the queue redelivers only at epoch 4, whose
-        # acknowledgement is lost too, so the redeliveries come back once more at 5.
-        queue.lose_acknowledgements = epoch in (2, 4)
-        queue.withhold = 1 if epoch == 2 else 0
-        shard_log, record = read_epoch(options, SCHEMA, factory, Shard(0, 1), epoch, 4)
-        kept += [v for b in epoch_batches(shard_log, record) for v in b.column(0).to_pylist()]
+    kept = _read_queue(tmp_path, queue, 8, lost=(2, 4), withheld=(2,))
     assert sorted(kept) == list(range(20)) and len(kept) == 20
     assert queue.unacknowledged == [] and queue.waiting == []
 
