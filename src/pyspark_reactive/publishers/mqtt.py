@@ -139,6 +139,13 @@ OPTION_SPECS = OptionSpecs([
         "`fail` fails the query, naming its offset and why; `skip` leaves it out, "
         "acknowledged in its turn, and the source logs per batch how many it left out and "
         "the first of them.", "choice", "fail", choices=BAD_PAYLOADS),
+    OptionSpec(
+        "identityColumn", "With `format=json` and the source's option `shards`: the column "
+        "whose value identifies a message (a message id its producer gives it). A shard "
+        "remembers the identities of the messages it kept, and drops a redelivery of one "
+        "of them (the broker sends again what a task kept but could not acknowledge before "
+        "it died), so no row is repeated.", accepted="a column of the schema",
+        shown_default="none: a redelivered message is kept again"),
     OptionSpec("maxMessages", "The publisher completes after this many messages.", "int",
                minimum=0, shown_default="none: endless"),
 ])
@@ -253,12 +260,13 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         raise OptionError("badPayloads", specs.given(lower, "badPayloads"),
                           "fail, or skip only with format=json (format=message takes every "
                           "payload as it is)")
+    identity_column = _identity_column(lower, format, options, shard)
     decode = (functools.partial(_parse_json, columns=json_columns(options),
                                 hint="" if bad_payloads == "skip" else _FAIL_HINT)
               if format == "json" else _columns)
     # skip: the source leaves out every element that cannot become a row (see _Skipping).
-    kind = _Skipping if bad_payloads == "skip" else MqttPublisher
-    return kind(
+    kind = _Skipping if bad_payloads == "skip" else _Publisher
+    publisher = kind(
         host, topic, port=port, qos=qos, client_id=client_id,
         clean_start=clean_start, session_expiry=session_expiry,
         username=username, password=password, tls=_tls(lower),
@@ -271,6 +279,28 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         # A shard's task acknowledges before its cancel, then waits for the close: no
         # message waits for a later on_durable (what it did not keep comes again).
         **({"linger": 0.0} if shard is not None else {}))
+    publisher.identity_column = identity_column
+    return publisher
+
+
+def _identity_column(options: Mapping[str, str], format: str, factory_options: Any,
+                     shard: Any) -> str | None:
+    """The option ``identityColumn``, checked: a column of the schema, with format=json."""
+    column = OPTION_SPECS.given(options, "identityColumn")
+    if column is None:
+        return None
+    if format != "json":
+        raise OptionError("identityColumn", column, "a column of the schema, with "
+                          "format=json only (format=message has no message identity)")
+    columns = json_columns(factory_options)
+    if columns is not None and column not in columns:
+        raise OptionError("identityColumn", column,
+                          f"a column of the schema: one of {', '.join(sorted(columns))}")
+    if shard is None:
+        logging.getLogger("pyspark_reactive.source").warning(
+            "reactive source: the mqtt option identityColumn has no effect without the "
+            "source's option shards (only a shard's log remembers identities)")
+    return column
 
 
 def _shard_subscription(options: Mapping[str, str], topic: str, client_id: str,
@@ -342,7 +372,22 @@ def _columns(message: MqttMessage) -> dict[str, Any]:
                                                          datetime.timezone.utc)}
 
 
-class _Skipping(MqttPublisher[Any]):
+class _Publisher(MqttPublisher[Any]):
+    """The built-in's publisher: with ``identityColumn``, each message's identity is that
+    column's value, which a shard's log remembers to drop redeliveries
+    (:mod:`~pyspark_reactive.source.durability`)."""
+
+    identity_column: str | None = None
+
+    def identity(self, element: Any) -> str | None:
+        column = self.identity_column
+        if column is None or not isinstance(element, dict):
+            return None
+        value = element.get(column)
+        return None if value is None else str(value)
+
+
+class _Skipping(_Publisher):
     """The publisher of ``badPayloads=skip``: it asks the reactive source to leave out,
     count and acknowledge every element that cannot become a row (``Undecodable`` ones,
     and values that do not fit the schema) instead of failing the query."""

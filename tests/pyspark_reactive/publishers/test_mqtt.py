@@ -29,6 +29,7 @@ from pyspark_reactive.publishers.mqtt import (
     _FAIL_HINT,
     MESSAGE_SCHEMA,
     _parse_json,
+    _Publisher,
     default_schema,
     mqtt_publisher,
 )
@@ -160,6 +161,8 @@ def test_load_checks_the_options_and_connects_nowhere(spark: SparkSession) -> No
     ({"host": "h", "topic": "t", "badPayloads": "skip"}, "skip only with format=json"),
     ({"host": "h", "topic": "t", "format": "json", "badPayloads": "drop"},
      "one of fail, skip"),
+    ({"host": "h", "topic": "t", "identityColumn": "id"},
+     "option identityColumn='id' is not accepted: a column of the schema, with format=json"),
 ])
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError) as raised:
@@ -248,3 +251,24 @@ def test_shards_need_a_client_id_for_the_shards_sessions() -> None:
                            shard=Shard(1, 2))
     made = mqtt_publisher(named)
     assert "$share/q/a/b" in repr(made) and "q-1" in repr(made)
+
+
+def test_identity_column_names_a_column_and_identifies_messages() -> None:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from pyspark_reactive.source.durability import FactoryOptions
+    from pyspark_reactive.source.shards import Shard
+
+    schema = StructType([StructField("id", LongType()), StructField("v", LongType())])
+    options = {"host": "127.0.0.1", "topic": "a/b", "clientId": "q", "format": "json"}
+    with pytest.raises(OptionError, match=r"option identityColumn='key' is not accepted: "
+                                          r"a column of the schema: one of id, v"):
+        mqtt_publisher(FactoryOptions({**options, "identityColumn": "key"}, schema=schema,
+                                      shard=Shard(0, 2)))
+    made = mqtt_publisher(FactoryOptions({**options, "identityColumn": "id"}, schema=schema,
+                                         shard=Shard(0, 2)))
+    assert isinstance(made, _Publisher)
+    assert [made.identity(e) for e in ({"id": 7, "v": 1}, {"v": 1}, None)] == ["7", None, None]
+    plain = mqtt_publisher(FactoryOptions(options, schema=schema, shard=Shard(0, 2)))
+    assert isinstance(plain, _Publisher)
+    assert plain.identity({"id": 7}) is None  # no column: nothing is dropped
