@@ -1,7 +1,7 @@
 """The built-in publisher ``rsocket``: a request-stream of an RSocket server (TCP, or a Unix
 domain socket) as rows, paced by the source's demand (each micro-batch's ``request(n)``
-reaches the server as REQUEST_N). Made in the source runner; it connects only when the
-source subscribes.
+reaches the server as REQUEST_N). Made in the source runner, or with the source's option
+``shards`` once per shard in the task that reads it; it connects only when subscribed to.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from reactive_streams.adapters.rsocket import (
 )
 
 from ..source.options import OptionError, OptionSpec, OptionSpecs, read_option_file
+from ..source.shards import sharded
 from .columns import json_columns, keep_columns
 
 __all__ = ["FORMATS", "OPTION_SPECS", "rsocket_publisher"]
@@ -43,7 +44,11 @@ _MAX_SOCKET_PATH_BYTES = 107
 _SOCKET_PATH = ("the absolute path of the RSocket server's Unix domain socket, on the "
                 "machine of Spark's driver")
 _ROUTE = "a route name (sent as routing metadata)"
-_ROUTE_BYTES = f"at most {MAX_ROUTE_BYTES} bytes in UTF-8"
+_ROUTE_BYTES = (f"at most {MAX_ROUTE_BYTES} bytes in UTF-8 once {{shard}} and {{shards}} are "
+                "replaced")
+# What each request-stream's route and data have replaced: the shard's index and the count
+# of shards (0 and 1 without the source's option shards), and, in data only, the offset.
+_SHARD, _SHARDS, _OFFSET = "{shard}", "{shards}", "{offset}"
 _TOKEN = f"a token of 1 to {MAX_TOKEN_BYTES} bytes in UTF-8 (the RSocket service's)"
 _TOKEN_FILE_HOLDING = "the RSocket service's token"
 
@@ -56,16 +61,24 @@ OPTION_SPECS = OptionSpecs([
                "given).", "int", minimum=1, maximum=65535, shown_default="none"),
     OptionSpec(
         "socketPath", "Instead of `host` and `port`: the server's Unix domain socket, on the "
-        "driver's machine (what `expose()` gives where the platform has them: only users "
-        "who can enter its folder can connect).",
+        "driver's machine (with `shards`, on every executor's too; what `expose()` gives "
+        "where the platform has them: only users who can enter its folder can connect).",
         accepted=f"{_SOCKET_PATH}; not with host or port", shown_default="none"),
-    OptionSpec("route", "The route of the request-stream, sent as routing metadata.",
-               accepted=f"{_ROUTE}, {_ROUTE_BYTES}", shown_default="none"),
+    OptionSpec(
+        "route", "The route of the request-stream, sent as routing metadata. `{shard}` in it "
+        "is replaced by the shard's index and `{shards}` by the count of shards (with the "
+        "source's option `shards`; without it 0 and 1).",
+        accepted=f"{_ROUTE}, {_ROUTE_BYTES}", shown_default="none"),
     OptionSpec(
         "data", "The request's data, as UTF-8 text. `{offset}` in it is replaced by the "
         "offset of the stream's next element (the count of elements the write-ahead log "
-        "holds), so a server that can start from a position (`data=from={offset}`) makes "
-        "the stream resumable.", accepted="any text", shown_default="empty"),
+        "holds; with `shards`, of that shard's stream), so a server that can start from a "
+        "position (`data=from={offset}`) makes the stream resumable; `{shard}` and "
+        "`{shards}` as in `route`. With `shards`, `route` or `data` must hold `{shard}` "
+        "(each shard a stream of its own; not needed with `shards=1`) and `data` `{offset}` "
+        "(each micro-batch opens a new request-stream per shard).",
+        accepted="any text; with shards, holding {offset}, and {shard} unless route does",
+        shown_default="empty"),
     OptionSpec(
         "format", "`bytes`: each payload's data as a `value BINARY` row; `text`: UTF-8 "
         "text, `value STRING`; `json`: parsed into the schema given (`.schema(...)` or the "
@@ -83,8 +96,9 @@ OPTION_SPECS = OptionSpecs([
         accepted=f"{_TOKEN}; not with tokenFile", shown_default="none"),
     OptionSpec(
         "tokenFile", "Instead of `token`: a file on the driver's machine holding the token, "
-        "read where the publisher is made, so the token never travels in the options "
-        "(what `expose()` gives).",
+        "read where the publisher is made (with `shards`, also on every executor, in the "
+        "task that reads a shard), so the token never travels in the options (what "
+        "`expose()` gives).",
         accepted="the absolute path of a readable file (UTF-8) holding "
         f"{_TOKEN_FILE_HOLDING}, on the machine of Spark's driver", shown_default="none"),
     OptionSpec(
@@ -106,14 +120,25 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     from a position (``data=from={offset}``) makes the stream resumable; otherwise what
     the new stream holds is the server's to say.
 
+    It is sharded (:func:`~pyspark_reactive.sharded`): with the source's option ``shards``
+    (n), each micro-batch opens a request-stream per shard, in the Spark task that reads
+    it, with ``{shard}`` in ``route`` and ``data`` replaced by the shard's index (0 to
+    n - 1), ``{shards}`` by n, and ``{offset}`` by the offset of that shard's next element
+    (the count of that shard's elements its log holds). So ``route`` or ``data`` must hold
+    ``{shard}`` (for more than one shard), for each shard to be a stream of its own, and
+    ``data`` ``{offset}``, for each batch's stream to go on where the last one's kept
+    elements end (``data=shard={shard}&from={offset}``). Without ``shards``, ``{shard}``
+    is 0 and ``{shards}`` 1.
+
     Parameters
     ----------
     options : mapping of str to str
         The options of :data:`OPTION_SPECS`, each with its default, bounds and meaning
         there: ``host`` and ``port``, or ``socketPath`` (the absolute path of the server's
         Unix domain socket, what :func:`~pyspark_reactive.expose` gives); ``route`` (sent
-        as routing metadata; omitted: none); ``data`` (the request's data, as UTF-8 text,
-        with ``{offset}`` replaced as above; omitted: empty); ``format``: ``bytes``
+        as routing metadata, with ``{shard}`` and ``{shards}`` replaced as above; omitted:
+        none); ``data`` (the request's data, as UTF-8 text, with ``{offset}``, ``{shard}``
+        and ``{shards}`` replaced as above; omitted: empty); ``format``: ``bytes``
         (default: ``value BINARY``), ``text`` (``value STRING``) or ``json`` (parsed into
         the schema given: an object by column name, an array by position);
         ``keepaliveTimeout`` (seconds without a KEEPALIVE answer after which the query
@@ -123,7 +148,8 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         ``spark.redaction.regex`` matches ``token``) or ``tokenFile`` (the absolute path
         of a file on the driver's machine holding it, so the token never travels in the
         options; what :func:`~pyspark_reactive.expose` gives); ``maxPayloadBytes`` (the
-        largest payload taken from the server; default 4194304).
+        largest payload taken from the server; default 4194304). With ``shards``, its
+        attribute ``shard`` is the :class:`~pyspark_reactive.Shard` to make.
 
     Returns
     -------
@@ -135,8 +161,10 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     OptionError
         For a missing ``host`` or ``port`` (without ``socketPath``), ``socketPath`` with
         either, or a value of ``port``, ``socketPath``, ``route`` (at most 255 bytes in
-        UTF-8), ``format``, ``keepaliveTimeout``, ``token``, ``tokenFile`` or
-        ``maxPayloadBytes`` not accepted.
+        UTF-8 once ``{shard}`` and ``{shards}`` are replaced), ``format``,
+        ``keepaliveTimeout``, ``token``, ``tokenFile`` or ``maxPayloadBytes`` not accepted;
+        with ``shards``, for ``data`` without ``{offset}``, or (more than one shard)
+        neither ``route`` nor ``data`` holding ``{shard}``.
 
     Examples
     --------
@@ -146,6 +174,11 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     >>> rsocket_publisher(FactoryOptions({"host": "h", "port": "1", "data": "from={offset}"},
     ...                                  ResumePoint(offset=1200))).data
     b'from=1200'
+    >>> from pyspark_reactive import Shard
+    >>> rsocket_publisher(FactoryOptions(
+    ...     {"host": "h", "port": "1", "route": "ticks-{shard}", "data": "from={offset}"},
+    ...     ResumePoint(offset=300), shard=Shard(2, 4)))
+    RSocketPublisher(h:1, route='ticks-2')
     """
     lower = {k.lower(): v for k, v in options.items()}
     specs = OPTION_SPECS
@@ -165,11 +198,20 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         port = specs.read(lower, "port")
     else:
         host = None
-    route = specs.given(lower, "route")
-    if route is not None and not route.strip():
-        raise OptionError("route", route, f"{_ROUTE}, or no route option for none")
-    if route is not None and len(route.encode("utf-8")) > MAX_ROUTE_BYTES:
-        raise OptionError("route", route, f"{_ROUTE_BYTES} (RSocket's routing tag)")
+    shard = getattr(options, "shard", None)
+    index, count = (shard.index, shard.count) if shard is not None else (0, 1)
+    given_route, given_data = specs.given(lower, "route"), specs.given(lower, "data")
+    if shard is not None:
+        _check_shardable(given_route, given_data, count)
+    route = None
+    if given_route is not None:
+        if not given_route.strip():
+            raise OptionError("route", given_route, f"{_ROUTE}, or no route option for none")
+        # The last shard's index is the longest: what load() checks (as shard 0) is then
+        # true of every shard.
+        if len(_fill(given_route, count - 1, count).encode("utf-8")) > MAX_ROUTE_BYTES:
+            raise OptionError("route", given_route, f"{_ROUTE_BYTES} (RSocket's routing tag)")
+        route = _fill(given_route, index, count)
     keepalive_timeout = specs.read(lower, "keepaliveTimeout")
     max_payload = specs.read(lower, "maxPayloadBytes")
     token = _token(specs.given(lower, "token"), specs.given(lower, "tokenFile"))
@@ -180,12 +222,40 @@ def rsocket_publisher(options: Mapping[str, str]) -> Publisher[Any]:
         decode = functools.partial(_json_row, columns=json_columns(options))
     resume = getattr(options, "resume", None)
     offset = resume.offset if resume is not None else 0
-    data = (specs.given(lower, "data") or "").replace("{offset}", str(offset))
+    data = _fill(given_data or "", index, count).replace(_OFFSET, str(offset))
     timeout = float(keepalive_timeout)
     return RSocketPublisher(host, port, route=route, data=data.encode(), decode=decode,
                             data_mime_type=mime_type, keepalive_timeout=timeout,
                             keepalive_interval=min(DEFAULT_KEEPALIVE_INTERVAL, timeout / 4),
                             token=token, max_payload_bytes=max_payload, path=socket_path)
+
+
+def _fill(text: str, index: int, count: int) -> str:
+    """``text`` with ``{shard}`` and ``{shards}`` replaced (plain replacement, not
+    ``str.format``: the rest may hold braces of its own, JSON for one)."""
+    return text.replace(_SHARDS, str(count)).replace(_SHARD, str(index))
+
+
+def _check_shardable(route: str | None, data: str | None, count: int) -> None:
+    """With the source's option ``shards``: each shard must ask for a stream of its own
+    (one shard alone is the whole feed), and each of its request-streams (one a
+    micro-batch) must go on where the last one's kept elements end."""
+    example = "data=shard={shard}&from={offset}"
+    if count > 1 and _SHARD not in (route or "") and _SHARD not in (data or ""):
+        raise OptionError(
+            "data" if data is not None or route is None else "route",
+            data if data is not None or route is None else route,
+            f"with shards={count}, {_SHARD} in route or data, replaced by each shard's index "
+            f"(0 to {count - 1}; {_SHARDS} by {count}) so that each shard requests a stream "
+            f"of its own, as {example}: neither route nor data holds {_SHARD}, so every "
+            f"shard would read the same stream and each row would arrive {count} times")
+    if _OFFSET not in (data or ""):
+        raise OptionError(
+            "data", data,
+            f"with shards={count}, data holding {_OFFSET}, replaced by the offset of the "
+            f"shard's next element, as {example}: each micro-batch opens a new "
+            "request-stream per shard, and without the offset the server cannot go on where "
+            "the last one's kept elements end (it would send them again, or lose the rest)")
 
 
 def _socket_path(path: str | None, host: str | None, port: str | None) -> str | None:
@@ -236,5 +306,6 @@ def _default_schema(options: Mapping[str, str]) -> str:
     return "value BINARY" if name == "bytes" else "value STRING"
 
 
+rsocket_publisher = sharded(rsocket_publisher)
 rsocket_publisher.default_schema = _default_schema  # type: ignore[attr-defined]
 rsocket_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
