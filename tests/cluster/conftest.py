@@ -1,9 +1,10 @@
 """Fixtures of the tests on a Spark standalone cluster on 127.0.0.1 (see standalone.py).
 
-``cluster`` starts one master and one worker when the first test asks for it and ends them
-when the test session ends, or at once when starting them fails. ``spark`` is a
-SparkSession whose master is that cluster: its source runner runs beside the driver, its
-tasks on the worker's executor. This folder runs in a pytest process of its own (see
+``cluster`` starts one master and two workers of one core each when the first test asks
+for it and ends them when the test session ends, or at once when starting them fails.
+``spark`` is a SparkSession whose master is that cluster: its source runner runs beside
+the driver, its tasks on the workers' two executors (test_sharded_kills.py, last, kills
+some of them). This folder runs in a pytest process of its own (see
 tests/conftest.py).
 """
 
@@ -16,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from standalone import QUICK_START_JVM, WORKER_CORES, Daemon, StandaloneCluster, start
+from standalone import QUICK_START_JVM, Daemon, StandaloneCluster, start
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 HERE = Path(__file__).parent
+WORKERS = 2
 # spark_publishers.py (the import-path publishers) and streaming.py (ProgressWatch).
 SOURCE_TESTS = HERE.parent / "pyspark_reactive"
 sys.path.insert(0, str(SOURCE_TESTS))
@@ -29,10 +31,11 @@ sys.path.insert(0, str(SOURCE_TESTS))
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    """A master and one worker (2 cores, 1 GiB) on 127.0.0.1, logs in a temporary dir."""
+    """A master and two workers (1 core, 1 GiB each) on 127.0.0.1, logs in a temporary
+    dir: two executors, as the sharded reads of test_sharded_kills.py need."""
     daemons: list[Daemon] = []
     try:
-        cluster = start(tmp_path_factory.mktemp("cluster"), daemons)
+        cluster = start(tmp_path_factory.mktemp("cluster"), daemons, workers=WORKERS, cores=1)
         print(f"standalone cluster {cluster.url}: logs in {cluster.logs}")  # for failures
         yield cluster
     finally:
@@ -53,7 +56,10 @@ def spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
         "spark.executor.memory": "512m",
         "spark.driver.extraJavaOptions": QUICK_START_JVM,
         "spark.executor.extraJavaOptions": QUICK_START_JVM,
-        "spark.cores.max": str(WORKER_CORES),
+        "spark.cores.max": str(WORKERS),
+        # test_sharded_kills.py's six kills: a task may fail more than the default 4 times
+        # (a JVM's kill fails every task it ran). What is retried is what is tested.
+        "spark.task.maxFailures": "12",
         # executor_subscribers.py, which the foreach writer's factory names by reference.
         "spark.executorEnv.PYTHONPATH": os.pathsep.join((str(HERE), str(SOURCE_TESTS))),
         # The cluster's: local_session() hands it to the JVM in a private file, never on

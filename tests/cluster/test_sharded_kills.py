@@ -1,5 +1,5 @@
-"""Crash trials of sharded queries on a loopback standalone cluster (two workers of one
-core): executors' Python workers and executors' JVMs are killed with SIGKILL at random
+"""Crash trials of sharded queries on the loopback standalone cluster (two workers of one
+core; conftest.py): executors' Python workers and executors' JVMs are killed with SIGKILL at random
 moments of a running query, and every row must reach the sink exactly once.
 
 One query reads two sharded feeds, unioned into one parquet sink with a checkpoint:
@@ -20,6 +20,8 @@ feed once: 0 lost, 0 duplicated.
 A second test restarts, on the same cluster, the checked-in checkpoint of a query that
 read on the driver before the source could read shards (``single_shard/``, made by
 ``single_shard/make.py`` with commit 764dbeb's code): it reads on without loss.
+
+The module runs last of this folder: the executors it kills are replaced by the workers.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import os
 import random
 import shutil
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -42,52 +43,21 @@ from typing import Any
 import mosquitto
 import psutil
 import pytest
+from standalone import StandaloneCluster
+from streaming import ProgressWatch, install
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-sys.path.insert(0, str(ROOT / "tests" / "pyspark_reactive"))
-
-from standalone import QUICK_START_JVM, Daemon, StandaloneCluster, start  # noqa: E402
-from streaming import ProgressWatch, install  # noqa: E402
-
 RANGE_ROWS = 8_000
-MESSAGES = 5_000
-PER_SECOND = 150  # the MQTT feed lasts 33 s
-PER_BATCH = 400  # maxRecordsPerTrigger of each source (200 a shard)
+RANGE_PER_BATCH = 400  # maxRecordsPerTrigger: 200 a shard
+MESSAGES = 4_200
+PER_SECOND = 150  # the MQTT feed lasts 28 s
+MQTT_PER_BATCH = 100  # 50 a shard: a task fills its share in about 0.7 s
 KILLS = ("python", "jvm") * 3
 SEED = 29
 # A run's start and an executor's replacement took up to a minute beside the other CI
 # lane: the bounds are for a hang, not for a slow machine.
 PROGRESS_S = 180.0
 OLD = HERE / "single_shard"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    daemons: list[Daemon] = []
-    try:
-        yield start(tmp_path_factory.mktemp("cluster"), daemons, workers=2, cores=1)
-    finally:
-        for daemon in reversed(daemons):
-            daemon.stop()
-
-
-@pytest.fixture(scope="module")
-def spark(cluster: StandaloneCluster) -> Iterator[Any]:
-    from pyspark_reactive import local_session
-
-    session = local_session("sharded-kills", master=cluster.url, conf={
-        "spark.executor.memory": "512m", "spark.executor.cores": "1",
-        "spark.cores.max": "2", "spark.driver.extraJavaOptions": QUICK_START_JVM,
-        "spark.executor.extraJavaOptions": QUICK_START_JVM,
-        "spark.authenticate.secret": cluster.secret,
-        # Six kills: a task may fail more than the default 4 times (a JVM's kill fails
-        # every task it ran). What is retried is what is tested.
-        "spark.task.maxFailures": "12",
-    })
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
@@ -192,11 +162,11 @@ def test_kills_of_executors_python_workers_and_jvms_lose_and_repeat_no_row(
     kills: list[str] = []
     try:
         ranged = reactive(spark, publisher="range", count=RANGE_ROWS, shards=2,
-                          maxRecordsPerTrigger=PER_BATCH,
+                          maxRecordsPerTrigger=RANGE_PER_BATCH,
                           walLocation=tmp_path / "wal-range").load()
         messages = reactive(spark, publisher="mqtt", host=broker.host, port=broker.port,
                             topic=topic, clientId=client_id, format="json",
-                            identityColumn="id", shards=2, maxRecordsPerTrigger=PER_BATCH,
+                            identityColumn="id", shards=2, maxRecordsPerTrigger=MQTT_PER_BATCH,
                             walLocation=tmp_path / "wal-mqtt").schema("id BIGINT").load()
         both = ranged.selectExpr("'range' AS feed", "value AS id").unionByName(
             messages.selectExpr("'mqtt' AS feed", "id"))
@@ -206,8 +176,8 @@ def test_kills_of_executors_python_workers_and_jvms_lose_and_repeat_no_row(
         started.set()
         chooser = random.Random(SEED)
         for kind in KILLS:
-            # A random moment of the flow: a few tenths to two seconds on.
-            query.awaitTermination(chooser.uniform(0.3, 2.0))
+            # A random moment of the flow: a few tenths to 1.5 seconds on.
+            query.awaitTermination(chooser.uniform(0.3, 1.5))
             before = _committed(checkpoint)
             killed = _kill(kind, cluster, chooser, time.monotonic() + PROGRESS_S)
             kills.append(f"{killed} ({published[0]} published)")

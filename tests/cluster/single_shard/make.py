@@ -5,12 +5,12 @@ reading on the driver (no ``shards``), as the source wrote it before it could re
 It was run once with that commit's code first on the path, and its output checked in::
 
     git worktree add /tmp/old 764dbeb
-    PYTHONPATH=/tmp/old/src .venv/bin/python tests/crash/single_shard/make.py OUT
+    PYTHONPATH=/tmp/old/src .venv/bin/python tests/cluster/single_shard/make.py OUT
 
 ``OUT`` then holds ``checkpoint/`` and ``wal/`` (the query's checkpoint and write-ahead
 log) and ``batches/<id>.json`` (each batch's ids, written by ``foreachBatch``; a batch is
 kept only where ``checkpoint/commits`` has it). ``range`` with ``count`` 3,000 and 500
-rows a batch: a restart reads ids 1,500 to 2,999 (tests/crash/test_sharded_kills.py).
+rows a batch: a restart reads ids 1,500 to 2,999 (tests/cluster/test_sharded_kills.py).
 """
 
 from __future__ import annotations
