@@ -105,8 +105,9 @@ OPTION_SPECS = OptionSpecs([
                "authorities, unless `caCerts` names others).", accepted=_BOOLEAN,
                shown_default="false"),
     OptionSpec("caCerts", "A PEM file of the certificate authorities the broker's "
-               "certificate is checked against, on the machine of Spark's driver; implies "
-               "`tls`.", accepted=f"{_CA_CERTS}; no value with tls=false",
+               "certificate is checked against, on the machine of Spark's driver (with "
+               "`shards`, also at the same path on every executor's, where the shards are "
+               "read); implies `tls`.", accepted=f"{_CA_CERTS}; no value with tls=false",
                shown_default="none"),
     OptionSpec(
         "receiveMaximum", "The broker's window of QoS 1 messages not yet acknowledged. "
