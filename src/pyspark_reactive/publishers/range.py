@@ -36,7 +36,8 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     (n), shard i signals ``start + i``, ``start + i + n``, ..., its element ``k`` being
     ``start + i + k * n``; ``rowsPerSecond`` is divided among the shards, each task pacing
     its shard's share while it reads (nothing is signalled between tasks, so over time
-    the feed is slower than that).
+    the feed is slower than that). With a ``count``, a shard's publisher tells the task
+    how many of its integers it has not signalled (``pending()``, the shard's lag).
 
     Parameters
     ----------
@@ -50,7 +51,8 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
     -------
     Publisher of int
         A synchronous ``RangePublisher`` when unpaced; otherwise a publisher that
-        signals on a thread of its own at the given rate.
+        signals on a thread of its own at the given rate. A shard's is an
+        ``IterablePublisher`` (paced or not) with ``pending()``.
 
     Raises
     ------
@@ -84,9 +86,8 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
         # start + i + k * n, and the rate is shared among the shards.
         first = min(stop, start + shard.index + skipped * shard.count)
         step = shard.count
-        if rate is None:
-            return IterablePublisher(lambda: iter(range(first, stop, step)))
-        return IterablePublisher(lambda: _paced(range(first, stop, step), rate / step))
+        return _RangeShard(range(first, stop, step), None if rate is None else rate / step,
+                           endless=count is None)
     first = min(stop, start + skipped)
     if rate is None:
         return RangePublisher(first, stop - first)
@@ -96,6 +97,33 @@ def range_publisher(options: Mapping[str, str]) -> Publisher[int]:
 range_publisher = sharded(range_publisher)
 range_publisher.default_schema = lambda options: "value BIGINT"  # type: ignore[attr-defined]
 range_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
+
+
+class _RangeShard(IterablePublisher[int]):
+    """A shard of ``range``: the core ``IterablePublisher`` over the shard's integers, which
+    can tell how many of them its latest subscription has not signalled (``pending()``,
+    see :mod:`pyspark_reactive.source.durability`)."""
+
+    def __init__(self, values: range, rate: float | None, endless: bool) -> None:
+        self._values = values
+        self._rate = rate
+        # len() refuses a range longer than sys.maxsize; a count may be longer.
+        self._total = None if endless else max(0, -(-(values.stop - values.start)
+                                                      // values.step))
+        self._signalled = 0  # by the latest subscription
+        super().__init__(self._subscribed)
+
+    def _subscribed(self) -> Iterator[int]:
+        self._signalled = 0
+        values = self._values if self._rate is None else _paced(self._values, self._rate)
+        for value in values:
+            self._signalled += 1  # counted as it goes to be signalled, not while paced
+            yield value
+
+    def pending(self) -> int | None:
+        """How many integers of the shard's stream the latest subscription has not
+        signalled; None when the stream is endless (no ``count``)."""
+        return None if self._total is None else self._total - self._signalled
 
 
 def _paced(values: range, rate: float) -> Iterator[int]:

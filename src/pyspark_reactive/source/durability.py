@@ -27,6 +27,16 @@ Give an acknowledging publisher a method ``identity(element) -> str | None`` (a 
 id): each epoch of a shard keeps its messages' identities, and a message the epoch before
 kept that comes back (its acknowledgement was lost to a kill) is dropped, and
 acknowledged, rather than read twice.
+
+**Backlog** (shards). Give a shard's publisher a method ``pending() -> int | None``: how
+many elements the shard holds that it has not signalled yet (a queue's depth, a
+consumer's pending count, the rest of a finite stream), or None when it cannot tell. The
+task asks it once, on the task's thread, right after it stops taking elements and before
+it cancels. The epoch keeps the answer (with the elements signalled after the task stopped
+taking, which it does not keep), query progress shows it as the shard's ``lag``, and a
+shard that told 0 is read again only with the idle shards, after their pause, and not
+again in an ``availableNow`` run. A publisher without the method, or that answers None,
+changes nothing.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ folder checks of :class:`~pyspark_reactive.source.wal.WriteAheadLog`), in which 
 elements counted from 0) and a mark ``epoch-<e>`` naming that segment. The mark is
 published only where no mark of that epoch exists (a hard link): of two attempts of one
 task, the first to publish gives the epoch's rows, and the other reads them instead of its
-own. A segment is kept even when it holds no rows, for the position key it carries.
+own. A segment is kept even when it holds no rows, for the position key it carries; its
+schema metadata also says why the task stopped taking and, where the shard's publisher
+can tell (``pending()``), how much the shard still held.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ log = logging.getLogger("pyspark_reactive.source")
 IDENTITIES_METADATA = b"reactive.identities"
 EPOCH_METADATA = b"reactive.epoch"
 ENDED_METADATA = b"reactive.ended"  # why the task stopped taking (shard_task.ENDINGS)
+PENDING_METADATA = b"reactive.pending"  # what the shard still held (absent: it cannot tell)
 # The oldest epoch not forgotten: written by prune() before it removes anything.
 _FLOOR = "floor"
 _MARK = re.compile(r"^epoch-(\d{20})$")
@@ -58,10 +61,26 @@ class StaleAttempt(ShardLogDamaged):
 @dataclass(frozen=True)
 class EpochRecord:
     """One epoch of a shard: the segment of its rows, offsets ``start`` to ``end`` of the
-    shard's stream (its name says them: nothing is read for them)."""
+    shard's stream (its name says them), and what its footer says of the shard then.
+
+    Attributes
+    ----------
+    epoch : int
+        Which of the shard's micro-batches.
+    entry : WalEntry
+        The segment.
+    ended : str
+        Why the task stopped taking elements (``shard_task.ENDINGS``; "" if unknown).
+    pending : int or None
+        How many elements the shard still held when the task stopped taking (its
+        publisher's ``pending()``, plus those signalled after the task stopped, which were
+        not kept); None when the publisher cannot tell.
+    """
 
     epoch: int
     entry: WalEntry
+    ended: str = ""
+    pending: int | None = None
 
     @property
     def start(self) -> int:
@@ -95,7 +114,11 @@ class ShardLog:
         if match is None:
             raise ShardLogDamaged(self.wal.location, f"the mark {_mark(epoch)} names "
                                   f"{name[:80]!r}, not a segment")
-        record = EpochRecord(epoch, WalEntry(int(match[1]), int(match[2]), int(match[3], 16)))
+        entry = WalEntry(int(match[1]), int(match[2]), int(match[3], 16))
+        footer = self.wal.metadata(entry)
+        pending = footer.get(PENDING_METADATA, b"").decode(errors="replace")
+        record = EpochRecord(epoch, entry, footer.get(ENDED_METADATA, b"").decode(),
+                             int(pending) if pending.isdigit() else None)
         self._records[epoch] = record
         return record
 
@@ -127,12 +150,14 @@ class ShardLog:
 
     def publish(self, epoch: int, start: int, batches: list[pa.RecordBatch],
                 schema: pa.Schema, key: str | None,
-                identities: list[str] | None = None,
-                ended: str = "") -> tuple[EpochRecord, bool]:
+                identities: list[str] | None = None, ended: str = "",
+                pending: int | None = None) -> tuple[EpochRecord, bool]:
         """Keep ``batches`` (the shard's elements from offset ``start`` on) as epoch
         ``epoch``, with ``identities`` (the messages' identities the shard remembers, see
-        :meth:`identities`) where it has some, unless another attempt did first; return
-        the epoch's record and whether it is this call's.
+        :meth:`identities`) where it has some, why the task stopped taking (``ended``) and
+        how much the shard still held (``pending``, where its publisher can tell), unless
+        another attempt did first; return the epoch's record and whether it is this
+        call's.
 
         Raises
         ------
@@ -147,6 +172,8 @@ class ShardLog:
                     ENDED_METADATA: ended.encode()}
         if identities:
             metadata[IDENTITIES_METADATA] = json.dumps(identities).encode()
+        if pending is not None:
+            metadata[PENDING_METADATA] = str(pending).encode()
         entry = self.wal.write(WalEntry(start, start + rows), batches,
                                schema.with_metadata(metadata), key)
         won = self.wal.publish(_mark(epoch), entry.name.encode())
@@ -178,10 +205,6 @@ class ShardLog:
             raise ShardLogDamaged(self.wal.location, f"the identities kept with epoch "
                                   f"{record.epoch} cannot be read: {error}") from None
         return [str(identity) for identity in found]
-
-    def ended(self, record: EpochRecord) -> str:
-        """Why the task that kept ``record`` stopped taking elements ("" if unknown)."""
-        return self.wal.metadata(record.entry).get(ENDED_METADATA, b"").decode()
 
     def floor(self) -> int:
         """The oldest epoch not yet forgotten (0 when nothing was)."""

@@ -6,7 +6,8 @@ otherwise it makes the shard's publisher (the factory called with the shard and 
 stream goes on), subscribes, requests the epoch's share and takes elements while they keep
 coming: until the share is full, the shard completes, none comes for ``fillWaitMs`` (for
 the first one, at least :data:`FIRST_ELEMENT_S`), or :data:`EPOCH_CAP_S` have passed. It
-converts them, keeps them in the shard's log, tells the publisher they are durable
+asks a publisher that can tell how much the shard still holds (``pending()``), converts
+the elements, keeps them in the shard's log, tells the publisher they are durable
 (``on_durable``), cancels, and waits for a publisher that can say so (``wait_closed``) to
 have written its acknowledgements. Nothing is held between tasks: the subscription lives
 for one task.
@@ -136,6 +137,11 @@ class ShardTake(Subscriber[Any]):
         return (len(self.elements) > seen or len(self.elements) >= self.share
                 or self.completed or self.error is not None)
 
+    def held(self) -> int:
+        """How many elements have arrived, those after :meth:`wait` ended included."""
+        with self._changed:
+            return len(self.elements)
+
     def cancel(self) -> None:
         subscription = self.subscription
         if subscription is not None:
@@ -159,6 +165,7 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
     subscribe_s = options.subscribe_timeout_ms / 1000
     try:
         signalled, ended = take.wait(subscribe_s, options.fill_wait_ms / 1000, EPOCH_CAP_S)
+        pending = _pending(publisher, take, len(signalled), shard)
         crash_point("shard-taken")
         elements, identities = _new_ones(publisher, signalled, shard_log, epoch,
                                          IDENTITY_WINDOW * share)
@@ -172,7 +179,8 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
             key = position_key(elements[-1])
         batches = [batch] if batch.num_rows else []
         record, mine = shard_log.publish(epoch, resume.offset, batches,
-                                         converter.arrow_schema, key, identities, ended)
+                                         converter.arrow_schema, key, identities, ended,
+                                         pending)
         crash_point("shard-kept")
         on_durable = getattr(publisher, "on_durable", None)
         if mine and signalled and callable(on_durable):
@@ -187,6 +195,23 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
             # The task's process may end next: let the acknowledgements go out first.
             closed(CLOSE_WAIT_S)
     return shard_log, record
+
+
+def _pending(publisher: Any, take: ShardTake, taken: int, shard: Shard) -> int | None:
+    """How many elements the shard still holds as the task stops taking, where its
+    publisher can tell (``pending()``; None where it cannot): those it has not signalled,
+    and those it signalled after the task stopped taking, which are not kept, so the shard
+    gives them again."""
+    pending = getattr(publisher, "pending", None)
+    if not callable(pending):
+        return None
+    told = pending()
+    if told is None:
+        return None
+    if type(told) is not int or told < 0:
+        raise TypeError(f"reactive source: pending() of shard {shard.index}'s publisher "
+                        f"returned {told!r}, not an int >= 0 or None")
+    return told + take.held() - taken
 
 
 def _new_ones(publisher: Any, signalled: list[Any], shard_log: ShardLog, epoch: int,

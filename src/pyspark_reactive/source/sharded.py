@@ -14,11 +14,13 @@ The number of shards is fixed for a checkpoint (each shard's elements are counte
 own stream): a restart with another ``shards`` value, or from a checkpoint the source
 wrote reading on the driver, is refused, naming the option.
 
-A shard whose last epoch brought nothing is read again only after ``max(fillWaitMs,
-1 s)``: an idle feed costs at most one micro-batch (a Spark job, an offsets and a commit
-file in the checkpoint) a second, and one task per shard. Under ``availableNow`` (Spark
-4.2+) a run reads every shard once, then again only those whose last epoch was full, up
-to ``availableNowMaxRecords`` rows; then the query ends.
+A shard whose last epoch brought nothing, or whose publisher told that it held nothing
+more (``pending()``, kept with the epoch), is idle: idle shards are read again together,
+at once the first time a run finds one, then once each ``max(fillWaitMs, 1 s)``. Under
+``availableNow`` (Spark 4.2+) a run reads every shard once, then again only those whose
+last task stopped with its share full or at its time cap and that did not tell 0 pending,
+up to ``availableNowMaxRecords`` rows; then the query ends. Where a publisher cannot tell,
+nothing is assumed.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pyspark.sql.types import StructType
 from .admission import ReadMaxRows, SupportsTriggerAvailableNow
 from .options import OptionError, SourceOptions, describe, resolve_factory
 from .run_log import WAL_LOCK_TIMEOUT_S
-from .shard_log import ShardLog
+from .shard_log import EpochRecord, ShardLog
 from .shard_task import epoch_batches, read_epoch
 from .shards import Shard, is_sharded
 from .upstream import Factory
@@ -188,23 +190,30 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._current = planned
         return _offset(planned)
 
-    def _position(self, index: int, epoch: int) -> int:
-        """Shard ``index``'s position after its epoch ``epoch`` (the one before, where
-        that has run no task yet): the elements of its stream kept so far."""
+    def _last(self, index: int, epoch: int) -> EpochRecord | None:
+        """Shard ``index``'s record of its epoch ``epoch`` (of the one before, where that
+        has run no task yet), or None when it has none."""
         shard_log = self._log(index)
         for known in (epoch, epoch - 1):
             record = shard_log.record(known) if known > 0 else None
             if record is not None:
-                return record.end
-        return 0
+                return record
+        return None
+
+    def _position(self, index: int, epoch: int) -> int:
+        """Shard ``index``'s position after its epoch ``epoch`` (the one before, where
+        that has run no task yet): the elements of its stream kept so far."""
+        record = self._last(index, epoch)
+        return 0 if record is None else record.end
 
     def _plan(self, epochs: list[int]) -> list[int]:
         """The next epochs: every shard whose last epoch brought rows (or that has none
-        yet); the idle ones together, first at once, then each ``max(fillWaitMs, 1 s)``."""
+        yet); the idle ones, whose last epoch brought nothing or told 0 pending, together,
+        first at once, then each ``max(fillWaitMs, 1 s)``."""
         idle = []
         for index, epoch in enumerate(epochs):
             record = self._log(index).record(epoch) if epoch else None
-            if record is not None and record.end == record.start:
+            if record is not None and (record.end == record.start or record.pending == 0):
                 idle.append(index)
         now = time.monotonic()
         pause = max(self.options.fill_wait_ms / 1000, IDLE_PAUSE_S)
@@ -216,7 +225,8 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _plan_available_now(self, epochs: list[int]) -> list[int]:
         """An availableNow run's next epochs: every shard once, then those whose last
-        epoch was full, until the run has taken availableNowMaxRecords rows."""
+        epoch was full (or capped) and did not tell 0 pending, until the run has taken
+        availableNowMaxRecords rows."""
         since = self._available_now or []
         taken = sum(self._position(index, epoch) - self._base[index]
                     for index, epoch in enumerate(epochs))
@@ -227,19 +237,31 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             shard_log = self._log(index)
             record = shard_log.record(epoch) if epoch > since[index] else None
             # More may be there now: the last task stopped with its share full, or at
-            # its time cap while elements still came (not at a pause or the end).
-            more = record is not None and shard_log.ended(record) in ("full", "capped")
+            # its time cap while elements still came (not at a pause or the end), and
+            # the shard did not tell that it held nothing more.
+            more = (record is not None and record.ended in ("full", "capped")
+                    and record.pending != 0)
             planned.append(epoch + 1 if epoch == since[index] or more else epoch)
         return planned
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        # Spark 4.2+ shows this as the source's "latestOffset" in query progress: each
-        # shard's epochs, and its position (the elements of its stream kept so far).
+        """What Spark 4.2+ shows as the source's ``latestOffset`` in query progress, not an
+        offset: each shard's epochs, its ``positions`` (the elements of its stream kept
+        so far) and its ``lag`` (the elements it still held when its last epoch was
+        taken), the latter only for shards whose publisher can tell (``pending()``), and
+        not at all when none can."""
         if self._current is None:
             return None
-        positions = {str(index): self._position(index, epoch)
-                     for index, epoch in enumerate(self._current)}
-        return {**_offset(self._current), "positions": positions}
+        positions, lag = {}, {}
+        for index, epoch in enumerate(self._current):
+            record = self._last(index, epoch)
+            positions[str(index)] = 0 if record is None else record.end
+            if record is not None and record.pending is not None:
+                lag[str(index)] = record.pending
+        report: dict[str, Any] = {**_offset(self._current), "positions": positions}
+        if lag:
+            report["lag"] = lag
+        return report
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = _PENDING  # the run's start: the next latestOffset's

@@ -1,6 +1,6 @@
 """The TCK as oracle for what the built-in publishers' factories return (``rsocket``,
-``mqtt``, ``websocket``): made from options as the source makes them, against the real
-peers of tests/peers on 127.0.0.1. The adapters themselves are verified in
+``mqtt``, ``websocket``, and ``range``'s shards): made from options as the source makes
+them, against the real peers of tests/peers on 127.0.0.1. The adapters themselves are verified in
 tests/reactive_streams; this checks the built-ins' own layer on top (decoding to rows,
 acknowledging on durability) keeps every rule. No Spark session is needed."""
 
@@ -19,7 +19,9 @@ import pytest
 from rsocket_peer import CountingServer
 from websocket_server import WebSocketServer
 
+from pyspark_reactive import Shard
 from pyspark_reactive.publishers.mqtt import mqtt_publisher
+from pyspark_reactive.publishers.range import range_publisher
 from pyspark_reactive.publishers.rsocket import rsocket_publisher
 from pyspark_reactive.publishers.websocket import websocket_publisher
 from pyspark_reactive.source.durability import FactoryOptions
@@ -44,6 +46,19 @@ def _fast_environment(timeout_millis: int) -> TestEnvironment:
     return TestEnvironment(default_timeout_millis=timeout_millis,
                            default_no_signals_timeout_millis=100,
                            default_poll_timeout_millis=20)
+
+
+class TestBuiltinRangeShard(PublisherVerification[Any]):
+    """``publisher=range`` read in shards: shard 1 of 2 (odd integers), which can tell
+    what it has not signalled (``pending()``); ``count`` twice the elements."""
+
+    def create_publisher(self, elements: int) -> Publisher[Any]:
+        given = {} if elements == LONG_MAX else {"count": str(2 * elements)}
+        publisher: Publisher[Any] = range_publisher(FactoryOptions(given, shard=Shard(1, 2)))
+        return publisher
+
+    def create_failed_publisher(self) -> Publisher[Any] | None:
+        return None  # a range cannot fail: the two failed-publisher checks skip
 
 
 class TestBuiltinRSocket(PublisherVerification[Any]):

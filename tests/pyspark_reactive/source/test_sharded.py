@@ -4,6 +4,7 @@ epochs kept in the shards' logs before anything is acknowledged, one outcome per
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructType
+from pyspark.worker_util import pickleSer
 from streaming import ProgressWatch
 from test_source import queries, watch
 
@@ -28,7 +30,7 @@ from pyspark_reactive.source.shard_log import StaleAttempt
 from pyspark_reactive.source.shard_task import epoch_batches, read_epoch
 from pyspark_reactive.source.sharded import ShardedStreamReader
 from pyspark_reactive.source.wal import WalNotPrivate
-from reactive_streams import IterablePublisher
+from reactive_streams import IterablePublisher, Publisher, Subscriber
 
 __all__ = ["queries", "watch"]  # fixtures shared with test_source.py
 SCHEMA = StructType().add("value", LongType())
@@ -40,14 +42,15 @@ def _options(tmp_path: Path, **given: Any) -> dict[str, str]:
 
 
 def _start(spark: SparkSession, queries: list[StreamingQuery], tmp_path: Path,
-           **options: Any) -> StreamingQuery:
+           trigger: dict[str, Any] | None = None, **options: Any) -> StreamingQuery:
     """A query of the reactive source into parquet files (a sink that restarts from its
-    checkpoint), under ``tmp_path``."""
+    checkpoint), under ``tmp_path``, with ``trigger`` (Spark's default without it)."""
     reader = spark.readStream.format("reactive")
     for key, value in options.items():
         reader = reader.option(key, str(value))
-    query = (reader.load().writeStream.format("parquet").option("path", str(tmp_path / "out"))
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    writer = (reader.load().writeStream.format("parquet").option("path", str(tmp_path / "out"))
+              .option("checkpointLocation", str(tmp_path / "checkpoint")))
+    query = (writer.trigger(**trigger) if trigger else writer).start()
     queries.append(query)
     return query
 
@@ -139,6 +142,9 @@ class _Queue:
             def identity(self, message: int) -> str:
                 return f"message-{message}"
 
+            def pending(self) -> int:
+                return len(queue.waiting)  # the queue's depth, as a broker tells it
+
             def on_durable(self, count: int) -> None:
                 if not queue.lose_acknowledgements:
                     for message in delivered[:count]:
@@ -223,44 +229,127 @@ def test_an_empty_attempt_that_loses_leaves_the_epoch_before_whole(tmp_path: Pat
     assert shard_log.rows(second).num_rows == 0  # still there, still whole
 
 
-def test_an_available_now_run_ends_at_its_bound_on_an_endless_feed(tmp_path: Path) -> None:
-    # Spark's calls, made here: each batch's tasks read, then the batch is committed.
-    options = parse_source_options(_options(tmp_path, shards=2, maxRecordsPerTrigger=20,
-                                            availableNowMaxRecords=70))
+def _run_available_now(options: Any, factory: Any) -> tuple[int, int]:
+    """The rows and batches of an availableNow run over ``factory``'s shards, with
+    Spark's calls made here: each batch's tasks read, then the batch is committed."""
     reader = ShardedStreamReader(options, SCHEMA, None)
     start, rows, batches = reader.initialOffset(), 0, 0
     reader.prepareForTriggerAvailableNow()
     while (end := reader.latestOffset(start, None)) != start:
         for partition in reader.partitions(start, end):
-            _, record = read_epoch(options, SCHEMA, range_publisher,
-                                   Shard(partition.shard, 2), partition.epoch, 10)
+            _, record = read_epoch(options, SCHEMA, factory,
+                                   Shard(partition.shard, reader.shards), partition.epoch,
+                                   reader.share)
             rows += record.end - record.start
         reader.commit(end)
         start, batches = end, batches + 1
         assert batches < 20, "the run did not end"
-    assert 70 <= rows < 90
     reader.stop()
+    return rows, batches
+
+
+def test_an_available_now_run_ends_at_its_bound_on_an_endless_feed(tmp_path: Path) -> None:
+    options = parse_source_options(_options(tmp_path, shards=2, maxRecordsPerTrigger=20,
+                                            availableNowMaxRecords=70))
+    rows, _ = _run_available_now(options, range_publisher)
+    assert 70 <= rows < 90
+
+
+class _Untold(Publisher[int]):
+    """A shard of ``range`` that cannot tell its backlog: its subscribe, no ``pending()``."""
+
+    def __init__(self, told: Publisher[int]) -> None:
+        self._told = told
+
+    def subscribe(self, subscriber: Subscriber[int]) -> None:
+        self._told.subscribe(subscriber)
+
+
+@sharded
+def _untold(options: Any) -> Any:
+    return _Untold(range_publisher(options))
+
+
+@pytest.mark.parametrize(("factory", "batches"), [(range_publisher, 1), (_untold, 2)])
+def test_an_available_now_run_reads_no_more_of_a_shard_that_told_0_pending(
+        tmp_path: Path, factory: Any, batches: int) -> None:
+    # Each shard's 10 integers fill its share: a shard that cannot tell is read again, to
+    # find nothing; one that told 0 pending is not.
+    options = parse_source_options(_options(tmp_path, shards=2, count=20,
+                                            maxRecordsPerTrigger=20))
+    assert _run_available_now(options, factory) == (20, batches)
 
 
 def test_idle_shards_are_read_again_together_after_the_pause(tmp_path: Path) -> None:
+    # Shards that cannot tell their backlog: idle is an epoch that brought nothing.
     options = parse_source_options(_options(tmp_path, shards=2, count=4, fillWaitMs=5000))
     reader = ShardedStreamReader(options, SCHEMA, None)
     start = reader.initialOffset()
     for _ in range(2):  # the feed's 4 rows, then an epoch that finds nothing
         end = reader.latestOffset(start, None)
         for partition in reader.partitions(start, end):
-            read_epoch(options, SCHEMA, range_publisher, Shard(partition.shard, 2),
+            read_epoch(options, SCHEMA, _untold, Shard(partition.shard, 2),
                        partition.epoch, 10)
         start = end
     planned = reader.latestOffset(start, None)  # idle, first look in this run: read at once
     assert planned == {"shards": {"0": 3, "1": 3}}
     for partition in reader.partitions(start, planned):
-        read_epoch(options, SCHEMA, range_publisher, Shard(partition.shard, 2),
+        read_epoch(options, SCHEMA, _untold, Shard(partition.shard, 2),
                    partition.epoch, 10)
     assert reader.latestOffset(planned, None) == planned  # both idle: no batch (5 s pause)
     assert reader._idle_at is not None
     reader._idle_at -= 5.0  # the pause, max(fillWaitMs, 1 s), has passed
     assert reader.latestOffset(planned, None) == {"shards": {"0": 4, "1": 4}}
+    reader.stop()
+
+
+def test_a_shard_that_told_0_pending_waits_for_the_idle_pause(tmp_path: Path) -> None:
+    # A queue drained at each epoch: its epochs bring rows, and its depth is 0 after each.
+    options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
+    queue = _Queue([0, 1, 2])
+
+    @sharded
+    def factory(_options: Any) -> Any:
+        return queue.publisher()
+
+    reader = ShardedStreamReader(options, SCHEMA, None)
+    start = reader.initialOffset()
+    # Epoch 2 is planned at once: the first time this run finds an idle shard.
+    for epoch, arrived, rows in ((1, [], 3), (2, [3, 4], 2)):
+        queue.waiting += arrived
+        start = reader.latestOffset(start, None)
+        assert start == {"shards": {"0": epoch}}
+        _, record = read_epoch(options, SCHEMA, factory, Shard(0, 1), epoch, 10)
+        assert (record.end - record.start, record.pending) == (rows, 0)
+    queue.waiting += [5]
+    assert reader.latestOffset(start, None) == start  # rows, but 0 pending: the pause
+    assert reader._idle_at is not None
+    reader._idle_at -= 5.0  # the pause, max(fillWaitMs, 1 s), has passed
+    assert reader.latestOffset(start, None) == {"shards": {"0": 3}}
+    reader.stop()
+
+
+def test_a_shards_backlog_is_kept_with_its_epoch_and_shown_as_its_lag(
+        tmp_path: Path) -> None:
+    # 25 integers in 2 shards (13 and 12), 5 a shard a batch: shard 0 tells what is left,
+    # shard 1 cannot.
+    options = parse_source_options(_options(tmp_path, shards=2, count=25,
+                                            maxRecordsPerTrigger=10))
+    reader = ShardedStreamReader(options, SCHEMA, None)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert reader.reportLatestOffset() == {"shards": {"0": 1, "1": 1},
+                                           "positions": {"0": 0, "1": 0}}  # nobody told
+    told = [read_epoch(options, SCHEMA, (range_publisher, _untold)[p.shard],
+                       Shard(p.shard, 2), p.epoch, reader.share)[1].pending
+            for p in reader.partitions(start, end)]
+    assert told == [8, None]
+    reader.commit(end)
+    planned = reader.latestOffset(end, None)
+    assert planned == {"shards": {"0": 2, "1": 2}}  # the offsets hold epochs only
+    report = reader.reportLatestOffset()
+    assert json.dumps(report) == ('{"shards": {"0": 2, "1": 2}, "positions": {"0": 5, '
+                                  '"1": 5}, "lag": {"0": 8}}')
     reader.stop()
 
 
@@ -361,6 +450,47 @@ def test_a_shipped_sharded_factory_reaches_the_executors(
     assert sorted(r.value for r in spark.table(name).collect()) == list(range(0, 100, 2))
 
 
+def test_every_partition_spark_ships_for_a_sharded_batch_is_under_1_kib_whatever_its_size(
+        spark: SparkSession, watch: ProgressWatch, queries: list[StreamingQuery],
+        tmp_path: Path) -> None:
+    # Spark's source runner (partitions_func) pickles each partition with pickleSer, and
+    # the JVM ships those bytes inside the tasks: they are made here as it makes them, from
+    # the offsets of each batch the two queries ran, 100 and 50,000 rows a shard.
+    shipped: dict[str, list[int]] = {}
+    rows: dict[str, list[int]] = {}
+    lags: dict[str, list[dict[str, int] | None]] = {}
+    for name, count, most in (("small", 1_000, 200), ("large", 100_000, 100_000)):
+        folder = tmp_path / name
+        options = _options(folder, shards=2, count=count, maxRecordsPerTrigger=most)
+        query = _start(spark, queries, folder, trigger={"availableNow": True}, **options)
+        assert watch.wait_drained(query, count, timeout=120) is None
+        reader = ShardedStreamReader(parse_source_options(options), SCHEMA, None)
+        shipped[name], rows[name], lags[name] = [], [], []
+        for progress in watch.progress[str(query.runId)]:
+            source = progress.sources[0]
+            if not source.numInputRows:
+                continue
+            # No start offset before the first batch: "None" in a listener's progress.
+            start = (reader.initialOffset() if source.startOffset in (None, "None")
+                     else json.loads(source.startOffset))
+            sizes = [len(pickleSer.dumps(partition))
+                     for partition in reader.partitions(start, json.loads(source.endOffset))]
+            print(f"{name}: batch {progress.batchId}, {source.numInputRows} rows, "
+                  f"partitions of {sizes} bytes")
+            shipped[name] += sizes
+            rows[name].append(source.numInputRows)
+            lags[name].append(json.loads(source.latestOffset).get("lag"))
+        reader.stop()
+        assert sum(rows[name]) == count and len(shipped[name]) == 2 * len(rows[name])
+    assert max(rows["large"]) >= 500 * max(rows["small"])
+    assert max(shipped["small"] + shipped["large"]) < 1024
+    assert max(shipped["large"]) <= max(shipped["small"])  # rows are not in them
+    # On the way: each shard's lag shows in progress (latestOffset, Spark 4.2+) once an
+    # epoch has told it: 400 integers left a shard after the small run's first batch, ...
+    assert lags == {"small": [None, *({"0": n, "1": n} for n in (400, 300, 200, 100))],
+                    "large": [None]}
+
+
 @pytest.mark.parametrize(("given", "share", "ended"), [
     ({"count": 5, "fillWaitMs": 5000}, 100, "completed"),  # ends within its share
     ({"fillWaitMs": 5000}, 100, "full"),              # endless and fast: the share fills
@@ -374,5 +504,5 @@ def test_a_task_says_why_it_stopped_taking(tmp_path: Path, monkeypatch: pytest.M
         monkeypatch.setattr(shard_task_module, "EPOCH_CAP_S", 0.6)
     options = parse_source_options(_options(tmp_path, shards=1, maxRecordsPerTrigger=share,
                                             **given))
-    shard_log, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, share)
-    assert shard_log.ended(record) == ended
+    _, record = read_epoch(options, SCHEMA, range_publisher, Shard(0, 1), 1, share)
+    assert record.ended == ended
