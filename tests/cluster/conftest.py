@@ -68,3 +68,9 @@ def spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
     })
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_sharded_kills.py last: the executors it kills are replaced, but a test after
+    it would start beside their replacement."""
+    items.sort(key=lambda item: item.path.name == "test_sharded_kills.py")

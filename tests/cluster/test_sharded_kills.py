@@ -12,16 +12,18 @@ One query reads two sharded feeds, unioned into one parquet sink with a checkpoi
   redelivery of what its shard kept).
 
 While the feeds flow, six kills land at random moments (seeded), taking turns: a Python
-worker of an executor (a task fails and is retried), then an executor's JVM (its tasks
-are lost; the worker starts a new executor). Between kills the query must make progress
-again. The sink (read through its ``_spark_metadata``) must then hold each id of each
-feed once: 0 lost, 0 duplicated.
+worker of an executor that is reading a shard of the broker (its task fails and is
+retried), then an executor's JVM (its tasks are lost; the worker starts a new executor).
+After each kill the query must commit two batches (the second planned after the kill).
+The sink (read through its ``_spark_metadata``) must then hold each id of each feed once:
+0 lost, 0 duplicated.
 
 A second test restarts, on the same cluster, the checked-in checkpoint of a query that
 read on the driver before the source could read shards (``single_shard/``, made by
 ``single_shard/make.py`` with commit 764dbeb's code): it reads on without loss.
 
-The module runs last of this folder: the executors it kills are replaced by the workers.
+conftest.py runs this module last of the folder: the executors it kills are replaced by
+the workers, but a test after it would start beside their replacement.
 """
 
 from __future__ import annotations
@@ -94,15 +96,28 @@ def _committed(checkpoint: Path) -> int:
     return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1)
 
 
-def _kill(kind: str, cluster: StandaloneCluster, chooser: random.Random,
+def _reading(process: psutil.Process, port: int) -> bool:
+    """Whether ``process`` has a TCP connection to ``port`` (a shard's task reading the
+    broker)."""
+    connections = getattr(process, "net_connections", None) or process.connections
+    with contextlib.suppress(psutil.Error):
+        return any(c.raddr and c.raddr.port == port for c in connections(kind="tcp"))
+    return False
+
+
+def _kill(kind: str, cluster: StandaloneCluster, broker_port: int, chooser: random.Random,
           deadline: float) -> str:
-    """SIGKILL one executor's Python worker (``python``) or JVM (``jvm``), chosen at
+    """SIGKILL an executor's Python worker that is reading a shard of the broker
+    (``python``: its task fails and is retried), or an executor's JVM (``jvm``), chosen at
     random among those alive; wait for one to exist."""
     while True:
-        targets = _python_workers(cluster) if kind == "python" else _executors(cluster)
+        if kind == "python":
+            targets = [p for p in _python_workers(cluster) if _reading(p, broker_port)]
+        else:
+            targets = _executors(cluster)
         if targets:
             victim = chooser.choice(sorted(targets, key=lambda p: p.pid))
-            with contextlib.suppress(psutil.NoSuchProcess):
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
                 os.kill(victim.pid, signal.SIGKILL)
                 return f"{kind} {victim.pid}"
         assert time.monotonic() < deadline, f"no executor {kind} process to kill"
@@ -139,6 +154,16 @@ def _verdict(name: str, ids: list[int], expected: int) -> str:
     unexpected = sorted(set(counts) - set(range(expected)))
     return (f"{name}: {len(ids)} rows for {expected}; {len(lost)} lost {lost[:10]}, "
             f"{duplicated} duplicated, {len(unexpected)} unexpected {unexpected[:10]}")
+
+
+def _verdicts(spark: Any, sink: Path) -> str:
+    """Each feed's verdict on what the sink holds (read through its _spark_metadata)."""
+    def read(feed: str) -> list[int]:
+        return [row.id for row in spark.read.parquet(str(sink))
+                .where(f"feed = '{feed}'").select("id").collect()]
+
+    return "\n".join((_verdict("range (resuming)", read("range"), RANGE_ROWS),
+                      _verdict("mqtt (acknowledging, identities)", read("mqtt"), MESSAGES)))
 
 
 @pytest.mark.timeout(900)
@@ -178,31 +203,30 @@ def test_kills_of_executors_python_workers_and_jvms_lose_and_repeat_no_row(
         for kind in KILLS:
             # A random moment of the flow: a few tenths to 1.5 seconds on.
             query.awaitTermination(chooser.uniform(0.3, 1.5))
-            before = _committed(checkpoint)
-            killed = _kill(kind, cluster, chooser, time.monotonic() + PROGRESS_S)
+            killed = _kill(kind, cluster, broker.port, chooser,
+                           time.monotonic() + PROGRESS_S)
             kills.append(f"{killed} ({published[0]} published)")
-            # A batch planned after the kill is committed: the query got over it.
-            watch.wait_for(query, lambda before=before: _committed(checkpoint) > before + 1,
+            # Two batches committed after the kill: the second was planned after it (the
+            # first may have been under way), so the query got over it.
+            after = _committed(checkpoint)
+            watch.wait_for(query, lambda after=after: _committed(checkpoint) >= after + 2,
                            PROGRESS_S, f"progress after the kill of {killed}")
         publishing.join(PROGRESS_S)
         assert published[0] == MESSAGES, "the publisher could not send every message"
         # Rows lost never come; rows repeated would count twice: the sink tells which.
-        watch.wait_rows(query, RANGE_ROWS + MESSAGES, PROGRESS_S)
+        try:
+            watch.wait_rows(query, RANGE_ROWS + MESSAGES, PROGRESS_S)
+        except AssertionError as waited:
+            raise AssertionError(f"{waited}\n{_verdicts(spark, sink)}") from None
         query.stop()
         query = None
     finally:
         if query is not None:
             query.stop()
         broker.stop()
-
-    def read(feed: str) -> list[int]:
-        return [row.id for row in spark.read.parquet(str(sink))
-                .where(f"feed = '{feed}'").select("id").collect()]
-
-    verdicts = (_verdict("range (resuming)", read("range"), RANGE_ROWS),
-                _verdict("mqtt (acknowledging, identities)", read("mqtt"), MESSAGES))
-    print(f"sharded kills of {MESSAGES} messages: {', '.join(kills)}\n" + "\n".join(verdicts))
-    for verdict in verdicts:
+    verdicts = _verdicts(spark, sink)
+    print(f"sharded kills of {MESSAGES} messages: {', '.join(kills)}\n{verdicts}")
+    for verdict in verdicts.splitlines():
         assert " 0 lost [], 0 duplicated, 0 unexpected" in verdict, (verdict, kills)
 
 

@@ -16,6 +16,7 @@ for one task.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from .._testing.faults import crash_point
 from ..errors import PySparkReactiveError
 from .durability import FactoryOptions, ResumePoint
 from .options import SourceOptions
-from .rows import RowConverter
+from .rows import RowConversionError, RowConverter
 from .shard_log import EpochRecord, ShardLog
 from .shards import Shard
 
@@ -47,9 +48,14 @@ FIRST_ELEMENT_S = 1.0
 #: How long a task waits, after its cancel, for a publisher that says when its connection
 #: is closed (``wait_closed``), so that its acknowledgements go out before the task ends.
 CLOSE_WAIT_S = 2.0
+#: With badPayloads=skip, the elements converted at a time after one that cannot become a
+#: row (doubled while they fit).
+SKIP_CHUNK = 64
 #: Why a task's taking ended: its share full, the shard completed, no element for
 #: fillWaitMs, or EPOCH_CAP_S passed while elements still came.
 ENDINGS = ("full", "completed", "paused", "capped")
+
+log = logging.getLogger("pyspark_reactive.source")
 
 
 class ShardTake(Subscriber[Any]):
@@ -170,14 +176,18 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
         elements, identities = _new_ones(publisher, signalled, shard_log, epoch,
                                          IDENTITY_WINDOW * share)
         converter = RowConverter(schema)
-        batch, error = converter.convert(elements, resume.offset)
-        if error is not None:
-            raise error
+        skip = getattr(publisher, "skip_unfit_elements", False) is True
+        batches, left_out = _convert(converter, elements, resume.offset, skip)
+        if left_out:
+            log.warning("reactive source: shard %d left out %d element%s of epoch %d that "
+                        "cannot become rows, as %r asks (badPayloads=skip); they are "
+                        "acknowledged with the rows around them. The first: %s",
+                        shard.index, len(left_out), "" if len(left_out) == 1 else "s", epoch,
+                        publisher, left_out[0])
         key = resume.key
         position_key = getattr(publisher, "position_key", None)
         if elements and callable(position_key):
             key = position_key(elements[-1])
-        batches = [batch] if batch.num_rows else []
         record, mine = shard_log.publish(epoch, resume.offset, batches,
                                          converter.arrow_schema, key, identities, ended,
                                          pending)
@@ -197,6 +207,37 @@ def read_epoch(options: SourceOptions, schema: StructType, factory: Callable[...
     return shard_log, record
 
 
+def _convert(converter: RowConverter, elements: list[Any], offset: int,
+             skip: bool) -> tuple[list[pa.RecordBatch], list[RowConversionError]]:
+    """The rows of ``elements`` (the first at ``offset``), and those left out: with
+    ``skip`` (the publisher's ``skip_unfit_elements``, the built-ins' ``badPayloads=skip``)
+    an element that cannot become a row is left out and takes no offset; otherwise it
+    fails the task (raised), and every retry, as on the driver's path.
+
+    After a bad element the rest goes in chunks of :data:`SKIP_CHUNK`, doubled while they
+    fit: a bad element costs the conversion of at most one chunk, not of the rest."""
+    batches: list[pa.RecordBatch] = []
+    left_out: list[RowConversionError] = []
+    position, chunk = 0, len(elements)
+    while position < len(elements) or not batches:
+        batch, error = converter.convert(elements[position:position + chunk], offset)
+        if batch.num_rows or not batches:
+            batches.append(batch)
+        offset += batch.num_rows
+        position += batch.num_rows
+        if error is None:
+            chunk *= 2
+            if position >= len(elements):
+                break
+            continue
+        if not skip:
+            raise error
+        left_out.append(error)
+        position += 1  # it takes no offset: the next row gets the one it would have had
+        chunk = SKIP_CHUNK
+    return [batch for batch in batches if batch.num_rows], left_out
+
+
 def _pending(publisher: Any, take: ShardTake, taken: int, shard: Shard) -> int | None:
     """How many elements the shard still holds as the task stops taking, where its
     publisher can tell (``pending()``; None where it cannot): those it has not signalled,
@@ -205,7 +246,12 @@ def _pending(publisher: Any, take: ShardTake, taken: int, shard: Shard) -> int |
     pending = getattr(publisher, "pending", None)
     if not callable(pending):
         return None
-    told = pending()
+    try:
+        told = pending()
+    except Exception as error:  # a hint for planning: never worth the task's rows
+        log.warning("reactive source: pending() of shard %d's publisher failed (%s: %s); "
+                    "its lag is taken as unknown", shard.index, type(error).__name__, error)
+        return None
     if told is None:
         return None
     if type(told) is not int or told < 0:

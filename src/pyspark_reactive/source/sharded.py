@@ -14,13 +14,13 @@ The number of shards is fixed for a checkpoint (each shard's elements are counte
 own stream): a restart with another ``shards`` value, or from a checkpoint the source
 wrote reading on the driver, is refused, naming the option.
 
-A shard whose last epoch brought nothing, or whose publisher told that it held nothing
-more (``pending()``, kept with the epoch), is idle: idle shards are read again together,
-at once the first time a run finds one, then once each ``max(fillWaitMs, 1 s)``. Under
-``availableNow`` (Spark 4.2+) a run reads every shard once, then again only those whose
-last task stopped with its share full or at its time cap and that did not tell 0 pending,
-up to ``availableNowMaxRecords`` rows; then the query ends. Where a publisher cannot tell,
-nothing is assumed.
+A shard whose last epoch brought nothing, or whose publisher told, after a task that
+stopped short of its share, that it held nothing more (``pending()``, kept with the
+epoch), is idle: idle shards are read again together, at once the first time a run finds
+one, then once each ``max(fillWaitMs, 1 s)``. Under ``availableNow`` (Spark 4.2+) a run
+reads every shard once, then again those whose last task kept rows and told more
+pending, or, where the shard cannot tell, stopped with its share full or at its time cap,
+up to ``availableNowMaxRecords`` rows; then the query ends.
 """
 
 from __future__ import annotations
@@ -213,7 +213,10 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         idle = []
         for index, epoch in enumerate(epochs):
             record = self._log(index).record(epoch) if epoch else None
-            if record is not None and (record.end == record.start or record.pending == 0):
+            # Told 0 after a take that stopped short of its share: nothing more is there.
+            # (After a full share, more may have come meanwhile: read on at once.)
+            if record is not None and (record.end == record.start or (
+                    record.pending == 0 and record.ended in ("paused", "completed"))):
                 idle.append(index)
         now = time.monotonic()
         pause = max(self.options.fill_wait_ms / 1000, IDLE_PAUSE_S)
@@ -225,8 +228,8 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _plan_available_now(self, epochs: list[int]) -> list[int]:
         """An availableNow run's next epochs: every shard once, then those whose last
-        epoch was full (or capped) and did not tell 0 pending, until the run has taken
-        availableNowMaxRecords rows."""
+        epoch kept rows and told more pending, or, where the shard cannot tell, was full
+        (or capped), until the run has taken availableNowMaxRecords rows."""
         since = self._available_now or []
         taken = sum(self._position(index, epoch) - self._base[index]
                     for index, epoch in enumerate(epochs))
@@ -236,11 +239,16 @@ class ShardedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for index, epoch in enumerate(epochs):
             shard_log = self._log(index)
             record = shard_log.record(epoch) if epoch > since[index] else None
-            # More may be there now: the last task stopped with its share full, or at
-            # its time cap while elements still came (not at a pause or the end), and
-            # the shard did not tell that it held nothing more.
-            more = (record is not None and record.ended in ("full", "capped")
-                    and record.pending != 0)
+            # More is there: the shard told that it held more after a task that kept
+            # rows. Where it cannot tell, more may be there: the last task stopped with
+            # its share full, or at its time cap while elements still came (not at a
+            # pause or the end).
+            if record is None:
+                more = False
+            elif record.pending is not None:
+                more = record.pending > 0 and record.end > record.start
+            else:
+                more = record.ended in ("full", "capped")
             planned.append(epoch + 1 if epoch == since[index] or more else epoch)
         return planned
 

@@ -124,6 +124,43 @@ def test_two_attempts_of_one_task_at_once_give_one_outcome(tmp_path: Path) -> No
     assert segments == [name]  # the attempt that lost left no segment behind
 
 
+class _Payloads(IterablePublisher[Any]):
+    """A shard of messages some of which cannot become rows; ``skip_unfit_elements`` as
+    the built-ins' ``badPayloads=skip`` sets it."""
+
+    skip_unfit_elements = False
+    durable = 0
+
+    def on_durable(self, count: int) -> None:
+        self.durable = count
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_elements_that_cannot_become_rows_are_left_out_with_skip_and_fail_without(
+        tmp_path: Path, skip: bool) -> None:
+    options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
+    values = [0, 1, "two", 3] + [4, "five"] + list(range(6, 200))
+    made: list[_Payloads] = []
+
+    @sharded
+    def factory(_options: Any) -> Any:
+        publisher = _Payloads(lambda: iter(values))
+        publisher.skip_unfit_elements = skip
+        made.append(publisher)
+        return publisher
+
+    if not skip:
+        with pytest.raises(ValueError, match="'two'"):
+            read_epoch(options, SCHEMA, factory, Shard(0, 1), 1, 400)
+        assert made[0].durable == 0  # nothing kept, nothing acknowledged
+        return
+    shard_log, record = read_epoch(options, SCHEMA, factory, Shard(0, 1), 1, 400)
+    kept = [v for b in epoch_batches(shard_log, record) for v in b.column(0).to_pylist()]
+    assert kept == [v for v in values if isinstance(v, int)]
+    assert (record.start, record.end) == (0, len(kept))  # left out: no offset
+    assert made[0].durable == len(values)  # acknowledged with the rows around them
+
+
 class _Queue:
     """A queue that redelivers, at the next subscription, what it delivered and was not
     acknowledged: as an MQTT persistent session or a message queue does."""
