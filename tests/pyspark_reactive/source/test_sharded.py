@@ -139,7 +139,7 @@ class _Payloads(IterablePublisher[Any]):
 def test_elements_that_cannot_become_rows_are_left_out_with_skip_and_fail_without(
         tmp_path: Path, skip: bool) -> None:
     options = parse_source_options(_options(tmp_path, shards=1, fillWaitMs=5000))
-    values = [0, 1, "two", 3] + [4, "five"] + list(range(6, 200))
+    values: list[Any] = [0, 1, "two", 3, 4, "five", *range(6, 200)]
     made: list[_Payloads] = []
 
     @sharded
