@@ -44,6 +44,9 @@ DEFAULT_RECEIVE_MAXIMUM = 65535
 #: message's topic, payload and MESSAGE_OVERHEAD_BYTES): with large payloads or long topics
 #: the count alone (up to maxRecordsPerTrigger more) would let a publisher fill memory.
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 2**20
+#: The most messages a shard's task reads beyond its share (which it requests at once):
+#: what it reads beyond the share goes unacknowledged, so the next task reads it again.
+SHARD_READ_AHEAD = 256
 # A shard's session outlives its task: between tasks the broker keeps its messages.
 DEFAULT_SHARD_SESSION_EXPIRY_S = 86400
 #: The rows' schema with the default ``format=message``.
@@ -272,8 +275,10 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         clean_start=clean_start, session_expiry=session_expiry,
         username=username, password=password, tls=_tls(lower),
         receive_maximum=receive_maximum,
-        # Beyond the source's demand (maxRecordsPerTrigger), hold at most one batch more.
-        max_buffered=min(receive_maximum, per_trigger),
+        # Beyond the source's demand (maxRecordsPerTrigger), hold at most one batch more;
+        # a shard's task requests its share at once and leaves once it has it, so what it
+        # read beyond that would be read again by the next task: hold little.
+        max_buffered=min(receive_maximum, per_trigger if shard is None else SHARD_READ_AHEAD),
         max_message_bytes=max_message_bytes, max_buffered_bytes=max_buffered_bytes,
         keepalive=keepalive, connect_timeout=connect_timeout / 1000,
         max_messages=max_messages, acknowledge="on_durable", decode=decode,
