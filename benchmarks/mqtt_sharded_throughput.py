@@ -197,7 +197,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a third of the rows, once")
     parser.add_argument("--full-jit", action="store_true",
-                        help="the JVMs' full JIT (default: the tests' quick-start options)")
+                        help="the driver's and executors' JVMs with the full JIT, as on a cluster "
+                             "(default: the tests' quick-start options, C1 and serial GC)")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.quick:
@@ -217,8 +218,9 @@ def main() -> int:
             spark = local_session("mqtt-sharded-throughput", master=cluster.url, conf={
                 "spark.executor.memory": "512m", "spark.executor.cores": "1",
                 "spark.cores.max": "2", "spark.authenticate.secret": cluster.secret,
-                # The JVMs' full JIT, as on a cluster (the tests' quick-start options
-                # trade it for start-up time).
+                # By default the tests' quick-start options for the driver's and the
+                # executors' JVMs (C1 only, serial GC: start-up over peak speed);
+                # --full-jit leaves them out, as on a cluster.
                 **({} if args.full_jit else {
                     "spark.driver.extraJavaOptions": QUICK_START_JVM,
                     "spark.executor.extraJavaOptions": QUICK_START_JVM})})

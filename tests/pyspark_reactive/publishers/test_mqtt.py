@@ -28,6 +28,7 @@ from test_source import queries, reactive, to_memory, watch
 from pyspark_reactive.publishers.mqtt import (
     _FAIL_HINT,
     MESSAGE_SCHEMA,
+    SHARD_READ_AHEAD,
     _parse_json,
     _Publisher,
     default_schema,
@@ -251,6 +252,12 @@ def test_shards_need_a_client_id_for_the_shards_sessions() -> None:
                            shard=Shard(1, 2))
     made = mqtt_publisher(named)
     assert "$share/q/a/b" in repr(made) and "q-1" in repr(made)
+    # A shard's task requests its share at once: little is read beyond it.
+    assert isinstance(made, MqttPublisher) and made.max_buffered == SHARD_READ_AHEAD
+    small = mqtt_publisher(FactoryOptions({"host": "h", "topic": "t", "clientId": "q",
+                                           "receiveMaximum": "100", "walLocation": "/w"},
+                                          shard=Shard(0, 2)))
+    assert isinstance(small, MqttPublisher) and small.max_buffered == 100
 
 
 def test_identity_column_names_a_column_and_identifies_messages() -> None:
