@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT / "tests" / "peers"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mosquitto  # noqa: E402 - tests/peers
-from pyspark.sql.streaming import StreamingQueryListener  # noqa: E402
 from standalone import QUICK_START_JVM, Daemon, start  # noqa: E402 - tests/cluster
 
+from mqtt_throughput import RowsListener  # noqa: E402 - benchmarks/
 from report import Figure, write  # noqa: E402 - benchmarks/
 
 TIMEOUT_S = 600.0
@@ -69,33 +69,12 @@ def _queue(broker: mosquitto.Broker, group: str, sessions: int, rows: int,
     return topic
 
 
-class _Rows(StreamingQueryListener):
-    def __init__(self, rows: int) -> None:
-        self.rows, self.count, self.done = rows, 0, threading.Event()
-        self.failed: str | None = None
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        self.count += event.progress.numInputRows
-        if self.count >= self.rows:
-            self.done.set()
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        self.failed = event.exception or "ended"
-        self.done.set()
-
-
 def into_spark(spark: Any, broker: mosquitto.Broker, shards: int,
                args: argparse.Namespace) -> float:
     """Rows/s of one query reading the queued messages in ``shards`` shards."""
     group = f"spark-{uuid.uuid4().hex[:8]}"
     topic = _queue(broker, group, shards, args.rows, args.size)
-    listener = _Rows(args.rows)
+    listener = RowsListener(args.rows)
     spark.streams.addListener(listener)
     folder = tempfile.mkdtemp(prefix="mqtt-sharded-bench-")
     df = (spark.readStream.format("reactive").option("publisher", "mqtt")

@@ -167,9 +167,13 @@ def adapter(broker: mosquitto.Broker, args: argparse.Namespace) -> float:
     return args.rows / took
 
 
-class _Rows(StreamingQueryListener):
+class RowsListener(StreamingQueryListener):
+    """Counts a query's rows from its progress; ``done`` is set at ``rows``, or when the
+    query ends (``failed`` then says how)."""
+
     def __init__(self, rows: int) -> None:
         self.rows, self.count, self.done = rows, 0, threading.Event()
+        self.failed: str | None = None
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -183,6 +187,7 @@ class _Rows(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
+        self.failed = event.exception or "ended"
         self.done.set()
 
 
@@ -190,7 +195,7 @@ def into_spark(spark: Any, broker: mosquitto.Broker, args: argparse.Namespace) -
     """(b) Rows/s of one query reading ``--rows`` messages into the noop sink."""
     topic = f"bench/{uuid.uuid4().hex[:8]}"
     client_id = _session(broker, topic, args.qos)
-    listener = _Rows(args.rows)
+    listener = RowsListener(args.rows)
     spark.streams.addListener(listener)
     with tempfile.TemporaryDirectory() as folder:
         reader = (spark.readStream.format("reactive").option("publisher", "mqtt")
