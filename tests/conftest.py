@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 SEPARATE_SESSIONS = ("connect", "cluster", "notebooks", "crash", "soak", "databricks", "serverless",
-                     "install", "site")
+                     "install", "site", "brokers")
 
 # Real network peers the adapters are tested against (a broker, servers), started by the
 # tests on 127.0.0.1: importable from every test folder as ``import <module>``.
