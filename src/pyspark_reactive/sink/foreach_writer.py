@@ -41,11 +41,18 @@ class _TaskSubscription(Subscription):
     ``request`` and ``cancel`` may come from any thread.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scope: str | None = None) -> None:
         self._changed = threading.Condition()
         self.demand = 0
         self.cancelled = False
         self.failure: BaseException | None = None
+        self._scope = scope
+
+    def batch_scope(self) -> str | None:
+        """``"<query id>.<epoch>.<partition>"`` of this task: the same when Spark runs the
+        task again or a restarted query replays the epoch, so a subscriber that numbers
+        the rows it receives gives each row the same key in every attempt."""
+        return self._scope
 
     def request(self, n: int) -> None:
         with self._changed:
@@ -166,6 +173,13 @@ class SubscriberForeachWriter:
     ``on_error``; a subscriber that raises from a signal is treated as cancelled and the
     error logged (§2.13). Like every ``foreach`` sink, delivery is at-least-once: a
     retried task or a replayed micro-batch feeds a new subscriber the same rows again.
+    The subscription's ``batch_scope()`` names the query, epoch and partition of the task,
+    the same in each attempt, so a subscriber can key its rows to drop those repeats.
+
+    A subscriber with a method ``wait_done()`` (the broker subscribers: rows count only
+    once the broker confirmed them) is waited for in ``close``, after ``on_complete``;
+    what it raises (a broker that refused rows, after which it cancelled) fails the task,
+    so the rows it dropped are not lost: Spark runs the task again.
 
     A wait for demand ends within about half a second once Spark no longer runs the task
     (``query.stop()``, a killed task, a lost executor): ``process`` raises
@@ -200,7 +214,7 @@ class SubscriberForeachWriter:
             raise TypeError(f"SubscriberForeachWriter: the factory returned "
                             f"{type(subscriber).__name__}, not a Subscriber")
         self._subscriber = subscriber
-        self._subscription = _TaskSubscription()
+        self._subscription = _TaskSubscription(_task_scope(partition_id, epoch_id))
         self._task = _TaskLink.find()
         self._signal("on_subscribe", self._subscription)
         return True
@@ -228,7 +242,8 @@ class SubscriberForeachWriter:
 
     def close(self, error: BaseException | None) -> None:
         subscription = self._subscription
-        if self._subscriber is not None and subscription is not None:
+        subscriber = self._subscriber
+        if subscriber is not None and subscription is not None:
             if subscription.failure is not None:
                 error = subscription.failure
             if subscription.cancelled:
@@ -238,6 +253,11 @@ class SubscriberForeachWriter:
         if self.dropped:
             log.info("SubscriberForeachWriter: %d rows dropped after the subscriber "
                      "cancelled", self.dropped)
+        wait_done = getattr(subscriber, "wait_done", None)
+        if error is None and callable(wait_done):
+            # A subscriber that hands rows on (a broker's) ends once they are confirmed,
+            # and raises what stopped it: the task fails, and Spark runs it again.
+            wait_done()
 
     def _end(self, error: BaseException | None) -> None:
         if error is None:
@@ -262,6 +282,21 @@ class SubscriberForeachWriter:
             if self._subscription is not None:
                 self._subscription.cancel()
             self._release()
+
+
+def _task_scope(partition_id: int, epoch_id: int) -> str:
+    """The query, epoch and partition of the task calling this (the query id as Spark's
+    streaming execution names it in the task's local properties, where it does)."""
+    query_id = None
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is not None:
+            query_id = context.getLocalProperty("sql.streaming.queryId")
+    except Exception:  # outside a task, or an older context without properties
+        query_id = None
+    return f"{query_id or 'query'}.{epoch_id}.{partition_id}"
 
 
 def _seconds_or_none(value: Any) -> float | None:

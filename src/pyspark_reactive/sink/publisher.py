@@ -287,6 +287,14 @@ class _Mailbox(Source[Any]):
                     "element is signalled (in on_subscribe, before the first request)")
             self.deferred = True
 
+    def fail_batch(self, error: BaseException) -> None:
+        publisher = self.publisher
+        with publisher._changed:
+            if publisher._batch_failure is None:
+                publisher._batch_failure = (f"the subscriber {self.subscriber!r} failed it: "
+                                            f"{error}")
+            publisher._changed.notify_all()
+
     def confirm(self, count: int) -> None:
         if type(count) is not int or count < 0:
             raise ValueError(f"ForeachBatchPublisher: confirm(count={count!r}): count must be "
@@ -347,6 +355,31 @@ class _Subscription(Emitter[Any]):
             Without :meth:`defer_confirmation` first.
         """
         self._mailbox.confirm(count)
+
+    def fail_batch(self, error: BaseException) -> None:
+        """Fail the micro-batch under way, so that Spark does not commit it.
+
+        For a subscriber that hands its elements on (a broker that refused some): the
+        batch function raises ``error``'s text, the query fails, and a restart from its
+        checkpoint delivers the batch again. Call :meth:`cancel` as well to leave.
+        Thread-safe; returns at once. The publisher keeps the first such failure: the
+        batch under way fails with it, or the next one if none is.
+        """
+        require_not_none(error, "the error", "§2.13")
+        self._mailbox.fail_batch(error)
+
+    def batch_scope(self) -> str | None:
+        """Read in ``on_next``: ``"<query id>.<batch id>"`` of the element being signalled,
+        the same when a restarted query delivers that batch again (``None`` before the
+        first batch). A subscriber that numbers the elements it receives in each scope
+        gives every row of a batch the same key in each delivery of it, provided it was
+        subscribed from the batch's first row on."""
+        publisher = self._mailbox.publisher
+        batch_id = publisher.batch_id
+        if batch_id is None:
+            return None
+        query = publisher.query
+        return f"{batch_id}" if query is None else f"{query.id}.{batch_id}"
 
 
 class ForeachBatchPublisher(Publisher[Any]):
@@ -486,6 +519,9 @@ class ForeachBatchPublisher(Publisher[Any]):
         self._batch_id: int | None = None
         self._delivering = threading.local()  # per subscription thread: see batch_id
         self.rows_delivered = 0
+        # The first failure a subscriber gave with fail_batch (its text): it fails the
+        # batch under way, or the next.
+        self._batch_failure: str | None = None
         self._changed = threading.Condition()
         self._outlets: list[tuple[_Subscription, _Mailbox]] = []
         # The elements on offer: chunks (first element's number, elements, what makes each
@@ -773,6 +809,8 @@ class ForeachBatchPublisher(Publisher[Any]):
             woken = []
             with self._changed:
                 self._check_stream()
+                if self._batch_failure is not None:
+                    raise _DeliveryAborted(self._batch_failure)
                 end = self._end_at
                 if not finished and self._outlets and all(
                         m.next >= end and m.placed and not m.closed for _, m in self._outlets):

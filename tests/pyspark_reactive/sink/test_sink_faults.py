@@ -24,6 +24,7 @@ from pyspark.sql.functions import col, udf
 from test_sink import Checked
 
 from pyspark_reactive import ForeachBatchPublisher, publish
+from reactive_streams.adapters._confirming import BrokerRefused, ConfirmingSubscriber
 
 ROWS = 100  # per micro-batch
 PARTS = 4  # partitions per micro-batch
@@ -281,3 +282,56 @@ def test_a_restart_redelivers_the_failed_batch_whole_under_the_same_id(
         assert batch_id >= last_id
         kept += values[handled:] if batch_id == last_id else values
     assert sorted(kept) == list(range(len(kept))) and len(kept) >= 4 * ROWS
+
+
+class _Confirming(ConfirmingSubscriber[tuple[int]]):
+    """A subscriber that hands rows on as a broker subscriber does (confirmed in groups),
+    refusing the row ``refuse`` as a broker's negative acknowledgement would."""
+
+    def __init__(self, refuse: int | None) -> None:
+        super().__init__(window=32)
+        self.refuse = refuse
+        self.kept: dict[str, int] = {}
+        self.two_batches = threading.Event()
+
+    def _open(self) -> None:
+        pass
+
+    def _send(self, elements: Any) -> None:
+        for _key, (value,) in elements:
+            if value == self.refuse:
+                raise BrokerRefused(f"the broker refused row {value}")
+        self.kept.update((key, value) for key, (value,) in elements)
+        if len(self.kept) >= 2 * ROWS:
+            self.two_batches.set()
+
+    def _close(self) -> None:
+        pass
+
+
+def test_a_refusing_broker_subscriber_fails_the_batch_and_the_retry_keys_rows_alike(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # A ConfirmingSubscriber defers confirmation: a batch ends only once its rows are
+    # confirmed, and a refusal fails the batch (fail_batch), so Spark commits none of it.
+    checkpoint = tmp_path / "checkpoint"
+    first = publish(numbers(spark), element="tuple", checkpointLocation=checkpoint)
+    refusing = _Confirming(refuse=250)
+    first.subscribe(refusing)
+    with pytest.raises(BrokerRefused, match="refused row 250"):
+        refusing.wait_done(timeout=120)
+    with pytest.raises(Exception, match="refused row 250"):  # Spark's StreamingQueryException
+        first.query.awaitTermination(60)
+
+    second = publish(numbers(spark), element="tuple", checkpointLocation=checkpoint)
+    accepting = _Confirming(refuse=None)
+    second.subscribe(accepting)
+    # Batches 2 and 3 confirmed (each confirmation is what the batch's end waits for).
+    assert accepting.two_batches.wait(120), f"only {len(accepting.kept)} rows confirmed"
+    second.query.stop()
+    # Batch 2 again: its rows carry the same keys as in the failed run (query, batch and
+    # row), so a broker deduplicating on them keeps each row once.
+    again = {key: value for key, value in accepting.kept.items() if 200 <= value < 300}
+    earlier = {key: value for key, value in refusing.kept.items() if 200 <= value < 300}
+    assert 0 < len(earlier) < ROWS
+    assert all(again[key] == value for key, value in earlier.items())
+    assert sorted(again.values()) == list(range(200, 300))
