@@ -597,6 +597,11 @@ class _Session(Source[T], Generic[T]):
             self._cond.notify_all()
         if not released:
             self.p._runner.release()
+        if self.p.acknowledge == "on_next":
+            # The last on_next calls came after the reading thread's last flush, maybe.
+            self._flush_acks()
+            if not self.thread.is_alive():
+                self._close_acker()
 
     # -- acknowledgements -----------------------------------------------------------------
 
@@ -697,6 +702,10 @@ class _Session(Source[T], Generic[T]):
             except Exception as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
+        else:
+            # §1.4: a missing stream or group (or refused credentials) fails the stream at
+            # once, before any demand.
+            self._check_group(client)
         phase = "pending"
         cursor = "0"
         next_claim = 0.0
@@ -732,6 +741,24 @@ class _Session(Source[T], Generic[T]):
             else:
                 entries = self._xreadgroup(client, count, ">", block=p.block_ms)
                 self._take(client, entries, redelivered=False)
+
+    def _check_group(self, client: Any) -> None:
+        import redis.exceptions as errors
+
+        p = self.p
+        try:
+            groups = client.xinfo_groups(p.stream)
+        except errors.ResponseError as exc:
+            if str(exc).startswith("NOPERM"):
+                return  # a user allowed to read but not to inspect: XREADGROUP will tell
+            if "no such key" in str(exc).lower():
+                raise errors.ResponseError(f"NOGROUP the stream {p.stream!r} does not "
+                                           f"exist") from None
+            raise
+        names = {_text(group.get("name")) for group in groups}
+        if p.group not in names:
+            raise errors.ResponseError(f"NOGROUP the stream {p.stream!r} has no group "
+                                       f"{p.group!r}")
 
     def _count(self) -> int:
         """Under the lock: how many entries the next read may ask for."""

@@ -18,7 +18,7 @@ for folder in reversed(FOLDERS):
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
+def server() -> Iterator[RedisServer]:
     with RedisServer(tls=True) as running:
         yield running
 
