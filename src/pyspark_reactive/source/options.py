@@ -66,6 +66,7 @@ BUILTIN_PUBLISHERS = {
     "range": "pyspark_reactive.publishers.range:range_publisher",
     "rsocket": "pyspark_reactive.publishers.rsocket:rsocket_publisher",
     "mqtt": "pyspark_reactive.publishers.mqtt:mqtt_publisher",
+    "rabbitmq": "pyspark_reactive.publishers.rabbitmq:rabbitmq_publisher",
     "websocket": "pyspark_reactive.publishers.websocket:websocket_publisher",
     "redis": "pyspark_reactive.publishers.redis:redis_publisher",
 }
