@@ -95,6 +95,11 @@ class Server:
         return given
 
     @property
+    def credentials(self) -> dict[str, str]:
+        """The test user, as JetStreamPublisher's keywords."""
+        return {"username": USER, "password": PASSWORD}
+
+    @property
     def log(self) -> str:
         path = self.dir / "nats.log"
         return path.read_text(errors="replace") if path.exists() else ""

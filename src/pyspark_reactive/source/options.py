@@ -67,6 +67,7 @@ BUILTIN_PUBLISHERS = {
     "rsocket": "pyspark_reactive.publishers.rsocket:rsocket_publisher",
     "mqtt": "pyspark_reactive.publishers.mqtt:mqtt_publisher",
     "rabbitmq": "pyspark_reactive.publishers.rabbitmq:rabbitmq_publisher",
+    "nats": "pyspark_reactive.publishers.nats:nats_publisher",
     "websocket": "pyspark_reactive.publishers.websocket:websocket_publisher",
     "redis": "pyspark_reactive.publishers.redis:redis_publisher",
 }

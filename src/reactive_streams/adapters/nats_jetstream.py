@@ -543,8 +543,12 @@ class _Session(Source[T], Generic[T]):
             try:
                 element = decode(message)
             except SkipMessage as skip:
-                log.warning("nats %s: message %d of stream %r was left out: %s",
-                            self.p.address, message.stream_sequence, self.p.stream, skip)
+                # The first at WARNING, the rest at DEBUG (a shard may drop thousands of
+                # redeliveries at once); close() says how many in all.
+                first = not self.skipped and _SKIPPED not in elements
+                log.log(logging.WARNING if first else logging.DEBUG,
+                        "nats %s: message %d of stream %r was left out: %s", self.p.address,
+                        message.stream_sequence, self.p.stream, skip)
                 elements.append(_SKIPPED)
                 continue
             except Exception as exc:
@@ -588,6 +592,9 @@ class _Session(Source[T], Generic[T]):
             self.thread.join(2.0)  # the caller may end its process next
 
     def close(self) -> None:
+        if self.skipped > 1:
+            log.warning("nats %s: %d messages of stream %r were left out (acknowledged)",
+                        self.p.address, self.skipped, self.p.stream)
         with self._lock:
             self._closing = True
             self._closed_at = time.monotonic()
