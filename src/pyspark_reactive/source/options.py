@@ -69,6 +69,7 @@ BUILTIN_PUBLISHERS = {
     "rabbitmq": "pyspark_reactive.publishers.rabbitmq:rabbitmq_publisher",
     "nats": "pyspark_reactive.publishers.nats:nats_publisher",
     "websocket": "pyspark_reactive.publishers.websocket:websocket_publisher",
+    "sse": "pyspark_reactive.publishers.sse:sse_publisher",
     "redis": "pyspark_reactive.publishers.redis:redis_publisher",
 }
 
