@@ -402,11 +402,11 @@ _shared_lock = threading.Lock()
 
 
 def shared_node() -> Node:
-    """The test process's one node (with MQTT), started on first use; pair each call with
+    """The test process's one node (with MQTT and AMQPS), started on first use; pair each call with
     :func:`release_shared_node`, which stops it after the last user."""
     with _shared_lock:
         if _shared[0] is None:
-            _shared[0] = Node().start()
+            _shared[0] = Node(tls=True).start()
         _shared[1] += 1
         node: Node = _shared[0]
         return node

@@ -200,7 +200,7 @@ class RabbitMQPublisher(Publisher[T], Generic[T]):
     least 1, since a prefetch of 0 means "no limit" in AMQP: with no demand one message
     may wait in memory. Never above ``prefetch``: the broker's count of this consumer's
     unacknowledged messages (``rabbitmqctl list_queues messages_unacknowledged``) is at
-    most ``min(prefetch, signalled and not yet acknowledged + max(1, demand not yet
+    most ``min(prefetch, max(1, signalled and not yet acknowledged + demand not yet
     met))``. Each change is a ``basic.qos`` sent before the acknowledgements that lower
     the count, so the broker never sees a wider window in between.
 
@@ -514,6 +514,7 @@ class _Session(Source[T], Generic[T]):
         self.consuming = threading.Event()
         self.consume_ok = False
         self._ready_count: int | None = None
+        self._oversized: RabbitMQError | None = None
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"rabbitmq {publisher.address} {publisher.queue}")
 
@@ -761,7 +762,8 @@ class _Session(Source[T], Generic[T]):
         elif isinstance(exc, pe.ConnectionClosedByBroker):
             error = RabbitMQError(f"{where}: the broker closed the connection: "
                                   f"{exc.reply_code} {exc.reply_text}")
-        elif isinstance(exc, pe.AMQPConnectionError) and not self.consuming.is_set():
+        elif isinstance(exc, (pe.AMQPConnectionError, OSError)) and not self.consuming.is_set():
+            # OSError: pika raises a TLS handshake's error (a certificate refused) as it is.
             error = RabbitMQError(f"{where}: could not connect: {_reason(exc)}")
         elif isinstance(exc, pe.AMQPError):
             error = RabbitMQError(f"{where}: the connection was lost: {_reason(exc)}")
@@ -811,7 +813,6 @@ class _Session(Source[T], Generic[T]):
                 closing = self._closing
                 ack_upto = self._ack_upto
                 awaiting = bool(self._awaiting)
-                failed = isinstance(self._terminal, BaseException)
             wanted = self._window(ack_upto)
             if wanted != window:
                 # Before the acknowledgements: the broker never sees a wider window.
@@ -820,12 +821,17 @@ class _Session(Source[T], Generic[T]):
             if ack_upto > self._acked:
                 channel.basic_ack(ack_upto, multiple=True)
                 self._acked = ack_upto
-            if failed and not closing:
-                return  # the stream failed (a message over the limit): close, requeue
             if closing and not (p.acknowledge == "on_durable" and awaiting
                                 and time.monotonic() - self._closed_at < p.linger):
                 return
             connection.process_data_events(time_limit=_TICK)
+            oversized = self._oversized
+            if oversized is not None:
+                # Only now, after the messages delivered before it were dispatched: they
+                # are signalled before the error (and acknowledged as due before the
+                # connection closes, once the stream's end closes the session).
+                self._oversized = None
+                self._fail(oversized)
 
     def _window(self, ack_upto: int | None = None) -> int:
         """The prefetch wanted now: the messages delivered and not acknowledged (once
@@ -851,12 +857,11 @@ class _Session(Source[T], Generic[T]):
                 return
             if isinstance(frame_value, pika.frame.Header) and frame_value.body_size > limit:
                 dropping[0] = True
-                self._fail(RabbitMQError(
+                self._oversized = (RabbitMQError(
                     f"rabbitmq {self.p.address}: a message of queue {self.p.queue!r} has a "
                     f"body of {frame_value.body_size} bytes, over max_message_bytes "
                     f"({limit}); the connection is closed before reading it, and the "
                     f"message goes back to the queue"))
-                self._wake()
                 return
             handle(frame_value)
 
