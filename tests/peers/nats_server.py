@@ -262,6 +262,41 @@ def stream_messages(server: Server, stream: str) -> list[bytes]:
     return run(server, work)
 
 
+class FailingOnce:
+    """A ``SubscriberForeachWriter`` factory (picklable: it lives here, on the executors'
+    path) of JetStreamSubscribers into ``subject`` that publish each row's ``value`` as
+    ``{"id": value}``; the first task of all whose rows reach a second ``_send`` publishes
+    those rows and then fails, as a broker connection lost mid-batch would. ``marker`` (a
+    file) records that it failed, and after how many rows."""
+
+    def __init__(self, url: str, subject: str, marker: str, window: int = 16) -> None:
+        self.url, self.subject, self.marker, self.window = url, subject, marker, window
+
+    def __call__(self, partition_id: int, epoch_id: int) -> Any:
+        from reactive_streams.adapters._confirming import BrokerRefused
+        from reactive_streams.adapters.nats_jetstream import JetStreamSubscriber
+
+        marker = Path(self.marker)
+
+        class Failing(JetStreamSubscriber[Any]):
+            sends = 0
+
+            def _send(self, elements: Any) -> None:
+                super()._send(elements)
+                self.sends += 1
+                if self.sends == 2:
+                    try:
+                        with open(marker, "x") as record:
+                            record.write(str(self.confirmed + len(elements)))
+                    except FileExistsError:
+                        return
+                    raise BrokerRefused("the test's injected failure, mid-batch")
+
+        return Failing(self.url, self.subject, username=USER, password=PASSWORD,
+                       window=self.window,
+                       encode=lambda row: json.dumps({"id": row.value}).encode())
+
+
 if __name__ == "__main__":
     with Server() as running:
         print(f"nats-server with JetStream at {running.url} (user {USER}); Ctrl-C ends it")

@@ -28,11 +28,13 @@ from ..api import UNBOUNDED, Publisher, Subscriber, Subscription
 from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+from ._confirming import BrokerRefused, ConfirmingSubscriber
 from ._extras import require
 from .urls import redact_url
 
 __all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_MESSAGE_BYTES", "JetStreamError",
-           "JetStreamMessage", "JetStreamPublisher", "SkipMessage", "check_urls"]
+           "JetStreamMessage", "JetStreamPublisher", "JetStreamSubscriber", "SkipMessage",
+           "check_urls"]
 
 T = TypeVar("T")
 
@@ -977,13 +979,16 @@ def _size(message: JetStreamMessage) -> int:
         MESSAGE_OVERHEAD_BYTES)
 
 
-def _describe(error: BaseException, publisher: JetStreamPublisher[Any]) -> str:
-    """What went wrong, without any secret the publisher was given."""
+def _describe(error: BaseException, publisher: Any) -> str:
+    """What went wrong, without any secret the publisher (or subscriber) was given."""
     text = str(error) or type(error).__name__
     if "Authorization Violation" in text or "Authentication" in text:
         text = "the server refused the credentials (Authorization Violation)"
     elif type(error).__name__ == "NoServersError":
         text = "no server answered (refused or unreachable)"
+    elif type(error).__name__ == "NoRespondersError" and isinstance(
+            publisher, JetStreamSubscriber):
+        text = "no stream takes the subject (no responders)"
     elif type(error).__name__ in ("NoRespondersError", "ServiceUnavailableError"):
         text = "JetStream did not answer: is it enabled on the server (-js)?"
     elif isinstance(error, asyncio.TimeoutError) or type(error).__name__ == "TimeoutError":
@@ -992,3 +997,169 @@ def _describe(error: BaseException, publisher: JetStreamPublisher[Any]) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+class JetStreamSubscriber(ConfirmingSubscriber[T], Generic[T]):
+    """Publishes each element to a JetStream subject, requesting more only as the stream
+    acknowledges.
+
+    Each element becomes one message (``encode(element)``: bytes as they are, ``str`` as
+    UTF-8, anything else as JSON) published to ``subject`` with the header
+    ``Nats-Msg-Id`` set to its key (see
+    :class:`~reactive_streams.adapters._confirming.ConfirmingSubscriber`: the query, batch,
+    partition and row under Spark). At most ``window`` messages are unacknowledged; each
+    publish acknowledgement (PubAck) is awaited before more is requested, and a missing
+    or negative one (no stream takes the subject, a limit refused it, the connection
+    failed, ``ack_timeout`` passed) stops the subscriber with :class:`BrokerRefused`.
+    A retried batch publishes its rows again with the same ``Nats-Msg-Id``: the stream
+    drops them as duplicates within its ``duplicate_window`` (2 minutes by default), so
+    every row is in the stream once. A thread of the subscription's own runs the asyncio
+    loop nats-py speaks on.
+
+    Parameters
+    ----------
+    urls : str or sequence of str
+    subject : str
+        The subject published to (one a stream takes).
+    stream : str, optional
+        The stream expected to take it (the header ``Nats-Expected-Stream``): a message
+        another stream would take is refused.
+    encode : callable, optional
+        Element to bytes.
+    username, password, token, credentials_file, tls, connect_timeout
+        As :class:`JetStreamPublisher`'s.
+    ack_timeout : float
+        Seconds to wait for a publish acknowledgement (default 10).
+    window : int
+        The most elements unacknowledged (default 256).
+    prefix : str
+        Put before every ``Nats-Msg-Id``: give each query writing into one stream its own.
+
+    Examples
+    --------
+    >>> from reactive_streams.adapters.nats_jetstream import JetStreamSubscriber
+    >>> JetStreamSubscriber("nats://127.0.0.1:4222", "orders.new", prefix="q1-")
+    JetStreamSubscriber(['nats://127.0.0.1:4222'], 'orders.new')
+    """
+
+    def __init__(self, urls: str | Sequence[str], subject: str, *,
+                 stream: str | None = None, encode: Callable[[T], bytes] | None = None,
+                 username: str | None = None, password: str | None = None,
+                 token: str | None = None, credentials_file: str | None = None,
+                 tls: bool | ssl.SSLContext = False, connect_timeout: float = 10.0,
+                 ack_timeout: float = 10.0, window: int = 256, prefix: str = "") -> None:
+        require("nats", "nats", "the nats subscriber")
+        super().__init__(window=window, prefix=prefix)
+        self.urls = check_urls(urls)
+        if not isinstance(subject, str) or not subject or any(c in subject for c in " *>"):
+            raise ValueError(f"subject {subject!r}: a subject without wildcards is needed")
+        if encode is not None and not callable(encode):
+            raise ValueError(f"encode {encode!r}: a callable or None is accepted")
+        for name, number in (("connect_timeout", connect_timeout),
+                             ("ack_timeout", ack_timeout)):
+            if not (_is_number(number) and number > 0):
+                raise ValueError(f"{name} {number!r}: a positive number of seconds is needed")
+        if password is not None and username is None:
+            raise ValueError("password: accepted only with a username")
+        self.subject, self.stream, self.encode = subject, stream, encode
+        self.username, self.password, self.token = username, password, token
+        self.credentials_file, self.tls = credentials_file, tls
+        self.connect_timeout, self.ack_timeout = float(connect_timeout), float(ack_timeout)
+        self.duplicates = 0  # messages the stream had already (a retried batch's)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._client: Any = None
+        self._js: Any = None
+
+    def __repr__(self) -> str:
+        return f"JetStreamSubscriber({self.urls!r}, {self.subject!r})"
+
+    @property
+    def address(self) -> str:
+        return ",".join(u.split("://", 1)[1] for u in self.urls)
+
+    def _call(self, work: Any, timeout: float) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+
+    def _open(self) -> None:
+        nats = require("nats", "nats", "the nats subscriber")
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._loop_thread = threading.Thread(target=loop.run_forever, daemon=True,
+                                             name=f"nats {self.address} {self.subject}")
+        self._loop_thread.start()
+
+        async def quiet(error: Exception) -> None:
+            log.debug("nats %s: %s", self.address, error)
+
+        options: dict[str, Any] = {"servers": self.urls, "connect_timeout":
+                                   self.connect_timeout, "allow_reconnect": False,
+                                   "max_reconnect_attempts": 0, "error_cb": quiet}
+        if self.username is not None:
+            options["user"] = self.username
+            if self.password is not None:
+                options["password"] = self.password
+        if self.token is not None:
+            options["token"] = self.token
+        if self.credentials_file is not None:
+            options["user_credentials"] = self.credentials_file
+        if isinstance(self.tls, ssl.SSLContext):
+            options["tls"] = self.tls
+        elif self.tls or any(u.startswith("tls://") for u in self.urls):
+            options["tls"] = ssl.create_default_context()
+        try:
+            self._client = self._call(nats.connect(**options), self.connect_timeout + 2)
+        except Exception as exc:
+            raise BrokerRefused(f"nats {self.address}: could not connect: "
+                                f"{_describe(exc, self)}") from None
+        self._js = self._client.jetstream(timeout=self.ack_timeout)
+
+    def _payload(self, element: T) -> bytes:
+        if self.encode is not None:
+            return self.encode(element)
+        if isinstance(element, (bytes, bytearray, memoryview)):
+            return bytes(element)
+        if isinstance(element, str):
+            return element.encode()
+        return json.dumps(element, default=str).encode()
+
+    def _send(self, elements: Sequence[tuple[str, T]]) -> None:
+        headers = [{"Nats-Msg-Id": key} for key, _ in elements]
+        if self.stream is not None:
+            for header in headers:
+                header["Nats-Expected-Stream"] = self.stream
+        payloads = [self._payload(element) for _, element in elements]
+        js = self._js
+
+        async def publish_all() -> list[Any]:
+            return await asyncio.gather(*(
+                js.publish(self.subject, payload, headers=header, timeout=self.ack_timeout)
+                for payload, header in zip(payloads, headers, strict=True)),
+                return_exceptions=True)
+
+        acks = self._call(publish_all(), self.ack_timeout + 5)
+        for (key, _), ack in zip(elements, acks, strict=True):
+            if isinstance(ack, BaseException):
+                raise BrokerRefused(f"nats {self.address}: the message {key!r} to "
+                                    f"{self.subject!r} was not acknowledged: "
+                                    f"{_describe(ack, self)}")
+            if ack.duplicate:
+                self.duplicates += 1
+
+    def _close(self) -> None:
+        loop, client = self._loop, self._client
+        if loop is None:
+            return
+        try:
+            if client is not None and not client.is_closed:
+                self._call(client.drain(), 5)
+        except Exception:
+            pass
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(5)
+            if not loop.is_running():
+                loop.close()
+            self._loop = None
