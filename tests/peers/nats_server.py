@@ -64,12 +64,16 @@ class Server:
         Listen with TLS only (``url`` is then ``tls://...``; ``ca_file`` signs its
         certificate).
     config : str, optional
-        Run this configuration instead of the tests' own (a page's settings): ``listen``,
-        ``store_dir`` and the log file are added to it.
+        Run this configuration instead of the tests' own (a page's settings): its
+        ``listen`` line is given ``port`` on 127.0.0.1 and its ``store_dir`` this
+        directory; nothing else changes (no TLS). ``$NAME`` in it is taken from the
+        environment, as nats-server does.
+    env : dict, optional
+        Environment variables for the server (what ``$NAME`` in ``config`` names).
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, tls: bool = False,
-                 config: str | None = None) -> None:
+                 config: str | None = None, env: dict[str, str] | None = None) -> None:
         self._own_dir = directory is None
         self.dir = Path(directory if directory is not None
                         else tempfile.mkdtemp(prefix="nats-"))
@@ -78,6 +82,7 @@ class Server:
         self.tls = tls
         self.ca_file = self.dir / "ca.crt"
         self.config = config
+        self.env = env
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -105,22 +110,25 @@ class Server:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def start(self, timeout: float = 10.0) -> Server:
-        lines = [f"listen: {self.host}:{self.port}",
-                 f'log_file: "{self.dir / "nats.log"}"',
-                 f'jetstream {{ store_dir: "{self.dir / "js"}" }}']
+        log_line = f'log_file: "{self.dir / "nats.log"}"'
         if self.config is not None:
-            lines.append(self.config)
+            lines = [log_line, *self._given_config()]
         else:
-            lines.append(f'authorization {{ users = [ {{user: "{USER}", password: '
-                         f'"{PASSWORD}"}} ] }}')
+            lines = [f"listen: {self.host}:{self.port}", log_line,
+                     f'jetstream {{ store_dir: "{self.dir / "js"}" }}',
+                     f'authorization {{ users = [ {{user: "{USER}", password: '
+                     f'"{PASSWORD}"}} ] }}']
         if self.tls:
             lines.append(self._tls_block())
         config = self.dir / "nats.conf"
         config.write_text("\n".join(lines) + "\n")
+        logged = len(self.log)
         self.process = subprocess.Popen([NATS_SERVER, "-c", str(config)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        env={**os.environ, **(self.env or {})})
         deadline = time.monotonic() + timeout
-        while "Server is ready" not in self.log:
+        # The log may hold an earlier server's lines (a restart in the same directory).
+        while "Server is ready" not in self.log[logged:]:
             if self.process.poll() is not None:
                 error = self.process.stderr.read().decode(errors="replace") if (
                     self.process.stderr) else ""
@@ -133,6 +141,18 @@ class Server:
             time.sleep(0.02)
         socket.create_connection((self.host, self.port), timeout=2).close()
         return self
+
+    def _given_config(self) -> list[str]:
+        assert self.config is not None
+        lines = self.config.splitlines()
+        listens = [i for i, line in enumerate(lines) if line.strip().startswith("listen")]
+        stores = [i for i, line in enumerate(lines) if line.strip().startswith("store_dir")]
+        if len(listens) != 1 or len(stores) != 1:
+            raise ValueError(f"the config has {len(listens)} listen and {len(stores)} "
+                             f"store_dir lines, not one each")
+        lines[listens[0]] = f"listen: {self.host}:{self.port}"
+        lines[stores[0]] = f'  store_dir: "{self.dir / "js"}"'
+        return lines
 
     def _tls_block(self) -> str:
         d = self.dir
