@@ -1,4 +1,5 @@
-"""A Redis stream's consumer group as a Publisher, reading only what demand asks for.
+"""A Redis stream's consumer group as a Publisher, reading only what demand asks for, and a
+Subscriber that adds its elements to a stream exactly once.
 
 :class:`RedisStreamPublisher` reads a stream as one consumer of a consumer group, with
 ``XREADGROUP ... COUNT n`` where ``n`` never exceeds the subscriber's outstanding demand,
@@ -6,7 +7,9 @@ so a slow subscriber holds the group back and the stream, not the reader's memor
 It reads its own pending entries first (what it was given before and did not acknowledge),
 may claim a dead consumer's (``XAUTOCLAIM``), and acknowledges (``XACK``) only after
 ``on_next`` or, with ``acknowledge="on_durable"``, once the subscriber says the entries are
-durable. Needs redis-py (extra ``redis``).
+durable. :class:`RedisStreamSubscriber` adds each element as an entry (``XADD``), at most
+``window`` unconfirmed, each with a deduplication key so that a retried batch adds nothing
+twice. Needs redis-py (extra ``redis``).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from ..api import Publisher, Subscriber, Subscription
 from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+from ._confirming import BrokerRefused, ConfirmingSubscriber
 from ._extras import require
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ITEM_OVERHEAD_BYTES", "RedisEntry", "RedisError",
-           "RedisStreamPublisher", "SkipEntry", "entry_bytes", "parse_url"]
+           "RedisStreamPublisher", "RedisStreamSubscriber", "SkipEntry", "entry_bytes",
+           "parse_url"]
 
 T = TypeVar("T")
 
@@ -904,3 +909,164 @@ def _error(exc: BaseException, p: RedisStreamPublisher[Any]) -> BaseException:
     error.__cause__ = None
     return error
 
+
+
+#: Adds one entry unless its deduplication key names one already: atomic (a script runs
+#: whole, and Redis 7 writes its effects to the append-only file as one MULTI/EXEC), so a
+#: retried batch finds the key of every entry the first attempt added and adds it again
+#: never. KEYS: the stream, the deduplication key; ARGV: the key's time to live (seconds),
+#: then the entry's field names and values. Returns the entry ID (the earlier one for a
+#: repeat), and whether it was added now.
+_ADD_ONCE: Final = """
+local earlier = redis.call('GET', KEYS[2])
+if earlier then return {earlier, 0} end
+local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+redis.call('SET', KEYS[2], id, 'EX', ARGV[1])
+return {id, 1}
+"""
+
+
+def _default_encode(element: Any, field: str) -> Mapping[Any, Any]:
+    import json
+
+    if isinstance(element, Mapping):
+        return element
+    if isinstance(element, (bytes, bytearray, memoryview, str)):
+        return {field: bytes(element) if not isinstance(element, str) else element}
+    as_dict = getattr(element, "asDict", None)  # a pyspark Row
+    value = as_dict(recursive=True) if callable(as_dict) else element
+    return {field: json.dumps(value, default=str, separators=(",", ":"))}
+
+
+class RedisStreamSubscriber(ConfirmingSubscriber[T], Generic[T]):
+    """Adds each element to a Redis stream as an entry, exactly once, requesting more only
+    as the server replies.
+
+    Its thread sends what ``on_next`` queued (at most ``window`` elements) in one pipeline
+    and requests as many more once every reply came (see
+    :class:`~reactive_streams.adapters._confirming.ConfirmingSubscriber`). An error reply
+    or a lost connection stops the stream: the subscriber cancels and :meth:`wait_done`
+    raises :class:`~reactive_streams.adapters._confirming.BrokerRefused`, which fails the
+    batch (``publish``) or the task (``SubscriberForeachWriter``), so Spark runs it again.
+
+    **Exactly once.** Every element has a key that a retried batch gives it again (the
+    query, batch, partition and the element's place in it, under Spark). The entry is
+    added by a server-side script that first looks the key up (``GET``), and adds the entry
+    (``XADD``) and the key (``SET ... EX dedup_ttl``, holding the entry ID) only if it is
+    not there, as one atomic step. A retried batch therefore adds only what the failed
+    attempt did not, in its order; repeats count in :attr:`repeated`. The keys are
+    ``{<stream>}:dedup:<prefix><key>`` (the stream's name as a hash tag, so they live in
+    the stream's slot in a cluster), and live ``dedup_ttl`` seconds: a batch retried
+    later than that is added again.
+
+    Parameters
+    ----------
+    stream : str
+        The stream's key.
+    url, host, port, db, username, password, tls, ca_certs
+        The server, as :class:`RedisStreamPublisher` takes them.
+    encode : callable, optional
+        ``encode(element) -> mapping`` of the entry's field names to values (str, bytes,
+        int or float). Default: a mapping as it is; bytes or str as the field ``field``; a
+        pyspark ``Row`` (and anything else) as JSON in the field ``field``.
+    field : str
+        The field of the default ``encode``, default ``"payload"`` (what the ``redis``
+        source's ``format=json`` reads).
+    dedup_ttl : int
+        Seconds a deduplication key lives, default 86400 (a day).
+    maxlen : int, optional
+        Trim the stream to about this many entries as entries are added (``MAXLEN ~``);
+        default None: never trimmed.
+    window : int
+        The most elements requested and not yet confirmed, default 256.
+    prefix : str
+        Put before every key: give each query writing into the same stream its own.
+    connect_timeout : float
+        Seconds for the connection, default 10.
+
+    Examples
+    --------
+    >>> from reactive_streams.adapters.redis_streams import RedisStreamSubscriber
+    >>> RedisStreamSubscriber("orders", port=6380)
+    RedisStreamSubscriber('127.0.0.1:6380', stream='orders')
+    """
+
+    def __init__(self, stream: str, *, url: str | None = None, host: str = "127.0.0.1",
+                 port: int = 6379, db: int = 0, username: str | None = None,
+                 password: str | None = None, tls: bool = False, ca_certs: str | None = None,
+                 encode: Callable[[T], Mapping[Any, Any]] | None = None,
+                 field: str = "payload", dedup_ttl: int = 86400, maxlen: int | None = None,
+                 window: int = 256, prefix: str = "", connect_timeout: float = 10.0) -> None:
+        super().__init__(window=window, prefix=prefix)
+        # The publisher's checks of the server's parameters, and its connection settings.
+        self._server: RedisStreamPublisher[Any] = RedisStreamPublisher(
+            stream, "-", "-", url=url, host=host, port=port, db=db, username=username,
+            password=password, tls=tls, ca_certs=ca_certs, connect_timeout=connect_timeout,
+            block_ms=1)
+        if encode is not None and not callable(encode):
+            raise ValueError(f"encode {encode!r}: a callable returning the entry's fields, "
+                             f"or None, is accepted")
+        if not isinstance(field, str) or not field:
+            raise ValueError(f"field {field!r}: a non-empty string is needed")
+        _check_int("dedup_ttl", dedup_ttl, 1, 2**31 - 1)
+        if maxlen is not None:
+            _check_int("maxlen", maxlen, 1, _LONG_MAX)
+        self.stream, self.field = stream, field
+        self.encode = encode
+        self.dedup_ttl, self.maxlen = dedup_ttl, maxlen
+        self.added = 0
+        self.repeated = 0
+        self._client: Any = None
+        self._script: Any = None
+        tag = stream if "{" not in stream else stream.replace("{", "(").replace("}", ")")
+        self._dedup = "{" + tag + "}:dedup:"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._server.address!r}, stream={self.stream!r})"
+
+    def _open(self) -> None:
+        try:
+            self._client = _client(self._server, None, self._server.connect_timeout)
+            self._script = self._client.register_script(_ADD_ONCE)
+            self._client.ping()
+        except Exception as exc:
+            raise _error(exc, self._server) from None
+
+    def _fields(self, element: T) -> list[Any]:
+        encode = self.encode
+        fields = encode(element) if encode is not None else _default_encode(element,
+                                                                            self.field)
+        if not fields:
+            raise ValueError(f"redis: an entry needs at least one field; {element!r} gave "
+                             f"none")
+        flat: list[Any] = []
+        for name, value in fields.items():
+            flat += [name, value]
+        return flat
+
+    def _send(self, elements: Sequence[tuple[str, T]]) -> None:
+        p = self._server
+        pipe = self._client.pipeline(transaction=False)
+        for key, element in elements:
+            self._script(keys=[self.stream, self._dedup + key],
+                         args=[self.dedup_ttl, *self._fields(element)], client=pipe)
+        if self.maxlen is not None:
+            pipe.xtrim(self.stream, maxlen=self.maxlen, approximate=True)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as exc:
+            raise BrokerRefused(f"redis {p.address}: adding {len(elements)} entries to "
+                                f"{self.stream!r} failed: {_error(exc, p)}") from None
+        for (key, _), reply in zip(elements, replies, strict=False):
+            if isinstance(reply, Exception):
+                raise BrokerRefused(f"redis {p.address}: the server refused the entry "
+                                    f"{key!r} for {self.stream!r}: {_error(reply, p)}")
+            if int(reply[1]):
+                self.added += 1
+            else:
+                self.repeated += 1
+
+    def _close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()

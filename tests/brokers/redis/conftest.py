@@ -4,6 +4,7 @@ helpers (``test_source``'s ``reactive``, ``streaming``'s ``ProgressWatch``) on t
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -27,3 +28,11 @@ def server() -> Iterator[RedisServer]:
 def stream() -> str:
     """A stream key of the test's own."""
     return f"test-{uuid.uuid4().hex[:10]}"
+
+
+# Spark's Python workers import this folder's test modules (a subscriber class defined in
+# one travels to them by reference): the spark fixture keeps what PYTHONPATH holds.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH"), _HERE) if p)
