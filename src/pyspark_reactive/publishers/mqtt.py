@@ -18,6 +18,7 @@ from reactive_streams import Publisher
 from reactive_streams.adapters.mqtt import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
+    PROTOCOLS,
     MqttMessage,
     MqttPublisher,
     check_topic_filter,
@@ -152,6 +153,14 @@ OPTION_SPECS = OptionSpecs([
         shown_default="none: a redelivered message is kept again"),
     OptionSpec("maxMessages", "The publisher completes after this many messages.", "int",
                minimum=0, shown_default="none: endless"),
+    OptionSpec(
+        "protocol", "The MQTT version: `5`, or `3.1.1` for brokers without MQTT 5 "
+        "(RabbitMQ's MQTT plugin before 3.13, ActiveMQ Classic). MQTT 3.1.1 has no Receive "
+        "Maximum (the broker's own window of unacknowledged messages applies, so QoS 1 "
+        "needs `walLocation`: messages are then acknowledged within `walSyncMs` of "
+        "arriving), no Maximum Packet Size (a message over `maxMessageBytes` fails the "
+        "query rather than being discarded by the broker), no session expiry and no "
+        "shared subscriptions (so no `shards`).", "choice", "5", choices=PROTOCOLS),
 ])
 
 
@@ -235,6 +244,9 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
                           "0, or set clientId: a session can only be resumed by its client "
                           "id, and without one the broker would keep it for nothing")
     shard = getattr(options, "shard", None)
+    protocol = specs.read(lower, "protocol")
+    if protocol == "3.1.1":
+        _check_311(lower, qos, session_expiry, shard)
     if shard is None and specs.given(lower, "shareGroup") is not None:
         logging.getLogger("pyspark_reactive.source").warning(
             "reactive source: the mqtt option shareGroup has no effect without the source's "
@@ -242,7 +254,7 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
     if shard is not None:
         topic, client_id = _shard_subscription(lower, topic, client_id, clean_start, shard)
         clean_start = False
-        if session_expiry is None:
+        if session_expiry is None and protocol == "5":
             session_expiry = DEFAULT_SHARD_SESSION_EXPIRY_S
     username, password = specs.given(lower, "username"), specs.given(lower, "password")
     if password is not None and username is None:
@@ -252,7 +264,8 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
     receive_maximum = given_maximum or DEFAULT_RECEIVE_MAXIMUM
     # The source's own option (it checks it too): the broker's window must fit two batches.
     per_trigger = SOURCE_OPTION_SPECS.read(lower, "maxRecordsPerTrigger")
-    _check_window(lower, qos, given_maximum, receive_maximum, per_trigger)
+    if protocol == "5":
+        _check_window(lower, qos, given_maximum, receive_maximum, per_trigger)
     keepalive = specs.read(lower, "keepalive")
     connect_timeout = specs.read(lower, "connectTimeoutMs")
     max_messages = specs.read(lower, "maxMessages")
@@ -284,9 +297,33 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         max_messages=max_messages, acknowledge="on_durable", decode=decode,
         # A shard's task acknowledges before its cancel, then waits for the close: no
         # message waits for a later on_durable (what it did not keep comes again).
-        **({"linger": 0.0} if shard is not None else {}))
+        **({"linger": 0.0} if shard is not None else {}), protocol=protocol)
     publisher.identity_column = identity_column
     return publisher
+
+
+def _check_311(options: Mapping[str, str], qos: int, session_expiry: int | None,
+               shard: Any) -> None:
+    """What ``protocol=3.1.1`` cannot do, refused naming the option."""
+    given = OPTION_SPECS.given
+    if given(options, "receiveMaximum") is not None:
+        raise OptionError("receiveMaximum", given(options, "receiveMaximum"),
+                          "no value with protocol=3.1.1: MQTT 3.1.1 has no Receive Maximum "
+                          "(the broker's own window of unacknowledged messages applies)")
+    if session_expiry is not None:
+        raise OptionError("sessionExpiry", given(options, "sessionExpiry"),
+                          "no value with protocol=3.1.1: MQTT 3.1.1 has no session expiry "
+                          "(the broker keeps a session by its own settings)")
+    if shard is not None:
+        raise OptionError("protocol", "3.1.1", "5 with shards: the shards read an MQTT 5 "
+                          "shared subscription, which MQTT 3.1.1 does not have")
+    if qos == 1 and SOURCE_OPTION_SPECS.given(options, "walLocation") is None:
+        raise OptionError("protocol", "3.1.1",
+                          "5, or 3.1.1 with walLocation (or qos=0): MQTT 3.1.1 has no "
+                          "Receive Maximum, so the broker's own window of unacknowledged "
+                          "messages applies (RabbitMQ's mqtt.prefetch is 10), and without a "
+                          "log messages are acknowledged only once Spark commits their "
+                          "batch: the stream would stall at that window")
 
 
 def _identity_column(options: Mapping[str, str], format: str, factory_options: Any,

@@ -28,6 +28,7 @@ pieces, so a stream of bad elements costs a few conversions of 64 elements each.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -45,6 +46,7 @@ from .arrow_elements import (
     record_batch_among_rows,
 )
 from .demand_buffer import DemandBuffer
+from .redeliveries import IDENTITIES_METADATA, IDENTITY_WINDOW, RECENT_IDENTITIES
 from .rows import RowConversionError, RowConverter
 from .wal import WalEntry, WriteAheadLog
 
@@ -122,6 +124,13 @@ class Intake:
         self._position_key: Callable[[Any], Any] | None = getattr(
             publisher, "position_key", None)
         self._on_durable: Callable[[int], Any] | None = getattr(publisher, "on_durable", None)
+        # With a log, an acknowledging publisher's message identities are kept with the rows
+        # (see pyspark_reactive.source.redeliveries): the newest ones, for the file a
+        # commit writes.
+        self._identity: Callable[[Any], Any] | None = (
+            getattr(publisher, "identity", None)
+            if wal is not None and self._on_durable is not None else None)
+        self._recent: deque[str] = deque(maxlen=IDENTITY_WINDOW)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._nudge = buffer.nudge_when(sync_rows)
@@ -275,7 +284,13 @@ class Intake:
         if self.wal is not None:
             key = self._key(elements[good - 1])
             entry = WalEntry(start, end)
-            self.wal.write(entry, table.to_batches(), self.schema, key)
+            schema = self.schema
+            identities = self._identities(elements[:good])
+            if identities:
+                schema = schema.with_metadata({**(schema.metadata or {}),
+                                               IDENTITIES_METADATA: json.dumps(identities)})
+            self.wal.write(entry, table.to_batches(), schema, key)
+            self._recent.extend(identities)
         self.segments.append(Segment(start, end, table))
         self.synced += table.num_rows
         self._consumed(end, consumed, left_out, held)
@@ -324,6 +339,22 @@ class Intake:
         self._unreported = 0
         self._first_unreported = []
 
+    def _identities(self, elements: list[Any]) -> list[str]:
+        """The identities of ``elements`` that have one (none in Arrow mode)."""
+        identity = self._identity
+        if identity is None or self.buffer.arrow:
+            return []
+        found = []
+        for element in elements:
+            try:
+                value = identity(element)
+            except Exception:
+                log.exception("reactive source: the publisher's identity() raised; none kept")
+                continue
+            if value is not None:
+                found.append(str(value))
+        return found
+
     def _key(self, element: Any) -> str | None:
         if self._position_key is None:
             return None
@@ -356,6 +387,9 @@ class Intake:
     def committed(self, end: int) -> None:
         """Spark committed up to ``end``: drop those rows; without a log they are durable."""
         with self._lock:
+            if self._identity is not None and self._recent and self.wal is not None:
+                # Before the log deletes the committed segments, whose identities these are.
+                self.wal.put(RECENT_IDENTITIES, json.dumps(list(self._recent)).encode())
             self.segments = [s for s in self.segments if s.end > end]
             if self.wal is None:
                 self._committed = max(self._committed, end)

@@ -25,6 +25,7 @@ from .demand_buffer import DemandBuffer
 from .durability import ResumePoint
 from .options import SourceOptions
 from .partitions import split
+from .redeliveries import RedeliveryFilter, remembered_identities
 from .rows import RowConverter, arrow_schema
 from .run_log import RunLog
 from .termination import Termination
@@ -209,6 +210,11 @@ class QueryRun:
         base = max(start, self.log.recovered_end())
         publisher = make_publisher(self.options, self.schema, self.factory,
                                    ResumePoint(base, self.log.resume_key()))
+        wal = self.log.wal
+        if wal is not None and callable(getattr(publisher, "identity", None)) and callable(
+                getattr(publisher, "on_durable", None)):
+            # Messages the log holds that the broker sends again: dropped.
+            publisher = RedeliveryFilter(publisher, remembered_identities(wal))
         buffer = DemandBuffer(first_batch or self.options.max_records_per_trigger)
         self.bound.subscribed(buffer, first_batch)
         upstream = self.upstream = Upstream(self.options, publisher, buffer, self.converter,

@@ -522,6 +522,16 @@ class WriteAheadLog:
         """The first bytes of the small file ``name`` (4 KiB at most), or None."""
         return self._read_mark(name)
 
+    def get(self, name: str, limit: int) -> bytes | None:
+        """The whole file ``name`` (at most ``limit`` bytes read), or None if it is not
+        there."""
+        try:
+            with self._open(name) as source:
+                data: bytes = source.read(limit)
+                return data
+        except FileNotFoundError:
+            return None
+
     def remove(self, name: str) -> None:
         """Delete the file ``name``, if it is there."""
         with contextlib.suppress(FileNotFoundError):

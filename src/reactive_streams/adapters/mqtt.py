@@ -1,4 +1,5 @@
-"""An MQTT 5 subscription as a Publisher, taking from the broker only what demand allows.
+"""An MQTT 5 (or 3.1.1) subscription as a Publisher, taking from the broker only what demand
+allows.
 
 :class:`MqttPublisher` connects when subscribed to, subscribes to a topic filter and
 signals each message as an :class:`MqttMessage`. A thread of the subscription's own drives
@@ -29,8 +30,8 @@ from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MESSAGE_OVERHEAD_BYTES", "MqttError", "MqttMessage",
-           "MqttPublisher", "SkipMessage", "check_topic_filter"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MESSAGE_OVERHEAD_BYTES", "PROTOCOLS", "MqttError",
+           "MqttMessage", "MqttPublisher", "SkipMessage", "check_topic_filter"]
 
 T = TypeVar("T")
 
@@ -40,6 +41,8 @@ log = logging.getLogger("reactive_streams.adapters.mqtt")
 _TICK: Final = 1.0
 #: Packets read in one turn of the network loop before it looks at its other work.
 _BURST: Final = 512
+#: The MQTT versions spoken (``protocol``): 5, and 3.1.1 for brokers without MQTT 5.
+PROTOCOLS: Final = ("5", "3.1.1")
 #: The default ``max_message_bytes`` (1 MiB), as the ``websocket`` adapter's.
 DEFAULT_MAX_MESSAGE_BYTES: Final = 2**20
 #: The largest packet MQTT can frame: a fixed header of 5 bytes and 268,435,455 more.
@@ -250,6 +253,19 @@ class MqttPublisher(Publisher[T], Generic[T]):
         stream fails with that error (wrapped in ``ValueError`` naming the topic), and
         the message is not acknowledged; if it raises :class:`SkipMessage`, the message
         is left out and acknowledged instead. It must not return None (§2.13).
+    protocol : "5" or "3.1.1"
+        The MQTT version, default ``"5"``. ``"3.1.1"`` reads brokers without MQTT 5
+        (RabbitMQ's MQTT plugin before 3.13, ActiveMQ Classic). It has no Receive
+        Maximum: the broker's own window of unacknowledged QoS 1 messages applies
+        (RabbitMQ's ``mqtt.prefetch``, 10 by default), and the read pause
+        (``max_buffered``, ``max_buffered_bytes``) bounds this client's memory as with
+        MQTT 5. It has no Maximum Packet Size: the broker sends messages of any size, and
+        one over ``max_message_bytes`` fails the stream (the connection is closed once
+        the packet's length is read, before its body is), where an MQTT 5 broker would
+        discard it. It has no session expiry (``session_expiry`` must be None: the broker
+        keeps a session that is not clean by its own settings), no retain handling (a
+        resumed session gets retained messages again) and no reason codes beyond the
+        CONNACK's return codes.
     linger : float
         With ``acknowledge="on_durable"``: seconds the connection stays open after cancel
         or completion while signalled messages wait for ``on_durable`` (default 10; the
@@ -295,8 +311,10 @@ class MqttPublisher(Publisher[T], Generic[T]):
                  connect_timeout: float = 10.0, max_messages: int | None = None,
                  acknowledge: Literal["on_next", "on_durable"] = "on_next",
                  decode: Callable[[MqttMessage], T] | None = None,
-                 linger: float = 10.0) -> None:
+                 linger: float = 10.0, protocol: str = "5") -> None:
         require("paho.mqtt.client", "mqtt", "the mqtt publisher")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol {protocol!r}: '5' (MQTT 5) or '3.1.1' is accepted")
         if not isinstance(host, str) or not host:
             raise ValueError(f"host {host!r}: a host name or address is needed")
         self.topic = check_topic_filter(topic)
@@ -310,6 +328,10 @@ class MqttPublisher(Publisher[T], Generic[T]):
         clean = (not client_id) if clean_start is None else clean_start
         if not isinstance(clean, bool):
             raise ValueError(f"clean_start {clean_start!r}: True or False is accepted")
+        if protocol == "3.1.1" and session_expiry is not None:
+            raise ValueError("session_expiry: None with protocol='3.1.1' (MQTT 3.1.1 has no "
+                             "session expiry: a broker keeps a session that is not clean "
+                             "for as long as its own settings say)")
         expiry = (86400 if client_id else 0) if session_expiry is None else session_expiry
         _check_int("session_expiry", expiry, 0, 0xFFFFFFFF)
         _check_int("receive_maximum", receive_maximum, 1, 65535)
@@ -354,6 +376,7 @@ class MqttPublisher(Publisher[T], Generic[T]):
         self.acknowledge = acknowledge
         self.decode = decode
         self.linger = float(linger)
+        self.protocol = protocol
         self._runner = ThreadRunner(max_workers=1, name="mqtt-signals")
         self._latest: _Session[T] | None = None
 
@@ -376,7 +399,9 @@ class MqttPublisher(Publisher[T], Generic[T]):
 
     def __repr__(self) -> str:
         who = f", client_id={self.client_id!r}" if self.client_id else ""
-        return f"MqttPublisher({self.address!r}, {self.topic!r}, qos={self.qos}{who})"
+        version = "" if self.protocol == "5" else f", protocol={self.protocol!r}"
+        return (f"MqttPublisher({self.address!r}, {self.topic!r}, qos={self.qos}{who}"
+                f"{version})")
 
     def wait_subscribed(self, timeout: float) -> bool:
         """Wait until the broker has acknowledged the latest subscription (SUBACK), or it
@@ -688,8 +713,15 @@ class _Session(Source[T], Generic[T]):
         from paho.mqtt.subscribeoptions import SubscribeOptions
 
         p = self.p
-        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=p.client_id,
-                             protocol=mqtt.MQTTv5, manual_ack=True)
+        v5 = p.protocol == "5"
+        if v5:
+            client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=p.client_id,
+                                 protocol=mqtt.MQTTv5, manual_ack=True)
+        else:
+            # MQTT 3.1.1: the session's fate is the CONNECT's clean session flag.
+            client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=p.client_id,
+                                 protocol=mqtt.MQTTv311, clean_session=p.clean_start,
+                                 manual_ack=True)
         client.connect_timeout = p.connect_timeout
         if p.username is not None:
             client.username_pw_set(p.username, p.password)
@@ -705,6 +737,11 @@ class _Session(Source[T], Generic[T]):
             if reason.is_failure:
                 self._fail(MqttError(f"mqtt {p.address}: the broker refused the connection: "
                                      f"{reason} (reason code {reason.value})"))
+                return
+            if not v5:
+                # MQTT 3.1.1 has no retain handling: a resumed session's subscription gets
+                # the topic's retained messages again.
+                client.subscribe(p.topic, qos=p.qos)
                 return
             # Retain handling 1: retained messages only when the subscription is new, so
             # a resumed session does not get them again.
@@ -766,13 +803,21 @@ class _Session(Source[T], Generic[T]):
         # MQTT 5 3.1.2.11.4: the broker must not send a larger packet (it discards a
         # larger message for this client); _bound_packets holds a broker that does.
         properties.MaximumPacketSize = p.max_message_bytes
+        # With MQTT 3.1.1, which has no Maximum Packet Size, a larger message fails the
+        # stream here rather than being discarded by the broker.
         self._bound_packets(client)
         self._refuse_qos_above_grant(client)
         if p.session_expiry:
             properties.SessionExpiryInterval = p.session_expiry
         try:
-            client.connect(p.host, p.port, keepalive=p.keepalive, clean_start=p.clean_start,
-                           properties=properties)
+            if v5:
+                client.connect(p.host, p.port, keepalive=p.keepalive,
+                               clean_start=p.clean_start, properties=properties)
+            else:
+                # No Receive Maximum either: the broker's own window of unacknowledged
+                # QoS 1 messages applies, and the read pause (max_buffered,
+                # max_buffered_bytes) is what bounds this client's memory.
+                client.connect(p.host, p.port, keepalive=p.keepalive)
         except (OSError, ValueError) as exc:
             self._fail(MqttError(f"mqtt {p.address}: could not connect: {exc}"))
             return None
