@@ -30,6 +30,7 @@ from ..source.options import (
     OptionError,
     OptionSpec,
     OptionSpecs,
+    read_option_file,
 )
 from ..source.rows import Undecodable
 from ..source.shards import sharded
@@ -60,6 +61,8 @@ _HOST = "the broker's host name or address"
 _TOPIC = "a topic filter such as sensors/+/temperature or sensors/#"
 _PASSWORD = "a value only with username"
 _CA_CERTS = "a readable PEM file of certificate authorities"
+# A password file holds a line: a larger one is a wrong path.
+_PASSWORD_FILE_BYTES = 1 << 12
 
 #: Every option the built-in ``mqtt`` reads (besides the source's ``maxRecordsPerTrigger``
 #: and ``walLocation``), in the order the reference shows them: the factory reads each
@@ -104,6 +107,12 @@ OPTION_SPECS = OptionSpecs([
                accepted="a user name", shown_default="none"),
     OptionSpec("password", "The password the client connects with; errors never show it.",
                accepted=f"{_PASSWORD}: MQTT sends no password without a user name",
+               shown_default="none"),
+    OptionSpec("passwordFile", "Instead of `password`: a file on the driver's machine (with "
+               "`shards`, also at the same path on every executor's) holding the password, "
+               "read where the publisher is made, so it never travels in the options or "
+               "shows in the plan.", accepted="the absolute path of a readable file (UTF-8) "
+               "holding the password; only with username, not with password",
                shown_default="none"),
     OptionSpec("tls", "Whether the connection uses TLS (with the system's certificate "
                "authorities, unless `caCerts` names others).", accepted=_BOOLEAN,
@@ -257,6 +266,17 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
         if session_expiry is None and protocol == "5":
             session_expiry = DEFAULT_SHARD_SESSION_EXPIRY_S
     username, password = specs.given(lower, "username"), specs.given(lower, "password")
+    password_file = specs.given(lower, "passwordFile")
+    if password_file is not None:
+        if password is not None:
+            raise OptionError("passwordFile", password_file,
+                              "either password or passwordFile, not both (password is given "
+                              "too)")
+        if username is None:
+            raise OptionError("passwordFile", password_file, f"{_PASSWORD}: MQTT sends no "
+                                                             "password without a user name")
+        password = read_option_file("passwordFile", password_file, "the password",
+                                    _PASSWORD_FILE_BYTES).rstrip("\r\n")
     if password is not None and username is None:
         raise OptionError("password", "(hidden)", f"{_PASSWORD}: MQTT sends no password "
                                                   "without a user name")
