@@ -44,7 +44,7 @@ from typing import Any
 
 from ports import free_port  # tests/peers
 
-__all__ = ["Node", "publish_json", "release_shared_node", "shared_node"]
+__all__ = ["Node", "fails_once_writer", "publish_json", "release_shared_node", "shared_node"]
 
 BIN = Path("/usr/lib/rabbitmq/bin")
 SERVER = BIN / "rabbitmq-server"
@@ -418,6 +418,41 @@ def release_shared_node() -> None:
         if _shared[1] <= 0 and _shared[0] is not None:
             node, _shared[0] = _shared[0], None
             node.stop()
+
+
+def _fails_once_class() -> Any:
+    from reactive_streams.adapters._confirming import BrokerRefused
+    from reactive_streams.adapters.rabbitmq import RabbitMQSubscriber
+
+    class FailsOnceMidBatch(RabbitMQSubscriber[Any]):
+        """Its second send publishes half of its rows and then fails, in the first task to get
+        there (``marker`` is made once): a writer that breaks in the middle of a batch."""
+
+        def __init__(self, marker: str, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.marker = marker
+            self.sends = 0
+
+        def _send(self, elements: Any) -> None:
+            self.sends += 1
+            if self.sends == 2:
+                try:
+                    open(self.marker, "x").close()
+                except FileExistsError:
+                    pass
+                else:
+                    super()._send(elements[:len(elements) // 2])
+                    raise BrokerRefused("injected: the writer fails in the middle of a batch")
+            super()._send(elements)
+
+
+    return FailsOnceMidBatch
+
+
+def fails_once_writer(marker: str, url: str, queue: str, partition: int,
+                      epoch: int) -> Any:
+    """A ``SubscriberForeachWriter`` factory: a FailsOnceMidBatch publishing to ``queue``."""
+    return _fails_once_class()(marker, queue, url=url, window=16)
 
 
 def _read_pid(path: Path) -> int | None:

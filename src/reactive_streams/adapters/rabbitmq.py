@@ -11,6 +11,7 @@ Needs pika (extra ``rabbitmq``).
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 import sys
@@ -26,11 +27,12 @@ from ..api import Publisher, Subscriber, Subscription
 from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+from ._confirming import BrokerRefused, ConfirmingSubscriber
 from ._extras import require
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MAX_PREFETCH", "MESSAGE_OVERHEAD_BYTES",
-           "RabbitMQError", "RabbitMQMessage", "RabbitMQPublisher", "SkipMessage",
-           "parse_url"]
+           "RabbitMQError", "RabbitMQMessage", "RabbitMQPublisher", "RabbitMQSubscriber",
+           "SkipMessage", "parse_url"]
 
 T = TypeVar("T")
 
@@ -715,22 +717,9 @@ class _Session(Source[T], Generic[T]):
                     pass
 
     def _parameters(self) -> Any:
-        pika = require("pika", "rabbitmq", "the rabbitmq publisher")
         p = self.p
-        ssl_options = None
-        if p.tls:
-            context = p.tls if isinstance(p.tls, ssl.SSLContext) else (
-                ssl.create_default_context())
-            ssl_options = pika.SSLOptions(context, server_hostname=p.host)
-        credentials = (pika.PlainCredentials(p.username, p.password or "",
-                                             erase_on_connect=True)
-                       if p.username is not None else pika.ConnectionParameters.DEFAULT_CREDENTIALS)
-        return pika.ConnectionParameters(
-            host=p.host, port=p.port, virtual_host=p.vhost, credentials=credentials,
-            ssl_options=ssl_options, connection_attempts=1, retry_delay=0,
-            socket_timeout=p.connect_timeout, stack_timeout=p.connect_timeout,
-            blocked_connection_timeout=None, heartbeat=p.heartbeat,
-            client_properties={"connection_name": f"reactive-streams {p.queue}"})
+        return _parameters(p.host, p.port, p.vhost, p.username, p.password, p.tls,
+                           p.connect_timeout, p.heartbeat, f"reactive-streams {p.queue}")
 
     def _connect(self) -> Any:
         pika = require("pika", "rabbitmq", "the rabbitmq publisher")
@@ -868,6 +857,25 @@ class _Session(Source[T], Generic[T]):
         impl._handle_content_frame = bounded
 
 
+def _parameters(host: str, port: int, vhost: str, username: str | None,
+                password: str | None, tls: bool | ssl.SSLContext, connect_timeout: float,
+                heartbeat: int, name: str) -> Any:
+    """pika's connection parameters: one attempt, the timeouts given, TLS as asked."""
+    pika = require("pika", "rabbitmq", "the rabbitmq adapter")
+    ssl_options = None
+    if tls:
+        context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
+        ssl_options = pika.SSLOptions(context, server_hostname=host)
+    credentials = (pika.PlainCredentials(username, password or "", erase_on_connect=True)
+                   if username is not None else pika.ConnectionParameters.DEFAULT_CREDENTIALS)
+    return pika.ConnectionParameters(
+        host=host, port=port, virtual_host=vhost, credentials=credentials,
+        ssl_options=ssl_options, connection_attempts=1, retry_delay=0,
+        socket_timeout=connect_timeout, stack_timeout=connect_timeout,
+        blocked_connection_timeout=None, heartbeat=heartbeat,
+        client_properties={"connection_name": name})
+
+
 def _nothing() -> None:
     """Wakes the connection thread (its work is read from the session's state)."""
 
@@ -881,3 +889,181 @@ def _reason(exc: BaseException) -> str:
             return _reason(arg)
     text = str(exc) or type(exc).__name__
     return text if len(text) < 400 else text[:400] + "..."
+
+
+class RabbitMQSubscriber(ConfirmingSubscriber[T], Generic[T]):
+    """Publishes each element to a RabbitMQ exchange, requesting more only as the broker
+    confirms.
+
+    Each element becomes one persistent message (``delivery_mode=2``; ``encode(element)``:
+    bytes as they are, ``str`` as UTF-8, a Spark ``Row`` or anything else as JSON) with
+    the ``message_id`` property set to its key (see
+    :class:`~reactive_streams.adapters._confirming.ConfirmingSubscriber`: the query, batch,
+    partition and row under Spark), published with ``mandatory=True`` on a channel in
+    confirm mode. At most ``window`` messages are unconfirmed; more is requested only once
+    the broker confirmed (``basic.ack``) every message sent, and a ``basic.nack``, a
+    returned message (no queue is bound for its routing key) or a lost connection stops
+    the subscriber with :class:`BrokerRefused`, so Spark does not commit the batch.
+
+    **At least once.** RabbitMQ does not deduplicate: a retried batch publishes its rows
+    again, with the same ``message_id`` each, so the queue may hold a row twice; a
+    consumer dropping repeated ``message_id`` values (the ``rabbitmq`` source with
+    ``shards`` does, within its identity window) sees every row once.
+
+    Parameters
+    ----------
+    routing_key : str
+        The routing key (with the default exchange ``""``: the queue's name).
+    exchange : str
+        Default ``""``, the default exchange.
+    url, host, port, vhost, username, password, tls, connect_timeout, heartbeat
+        As :class:`RabbitMQPublisher`'s.
+    encode : callable, optional
+        Element to bytes.
+    content_type : str, optional
+        The ``content_type`` property; default ``application/json`` when elements are
+        encoded as JSON, none otherwise.
+    window : int
+        The most messages unconfirmed (default 256).
+    prefix : str
+        Put before every ``message_id``: give each query writing to one queue its own.
+
+    Examples
+    --------
+    >>> from reactive_streams.adapters.rabbitmq import RabbitMQSubscriber
+    >>> RabbitMQSubscriber("orders", url="amqp://spark@127.0.0.1/%2F", prefix="q1-")
+    RabbitMQSubscriber('127.0.0.1:5672', vhost='/', exchange='', routing_key='orders')
+    """
+
+    def __init__(self, routing_key: str, *, exchange: str = "", url: str | None = None,
+                 host: str | None = None, port: int | None = None, vhost: str | None = None,
+                 username: str | None = None, password: str | None = None,
+                 tls: bool | ssl.SSLContext | None = None, connect_timeout: float = 10.0,
+                 heartbeat: int = 60, encode: Callable[[T], bytes] | None = None,
+                 content_type: str | None = None, window: int = 256,
+                 prefix: str = "") -> None:
+        require("pika", "rabbitmq", "the rabbitmq subscriber")
+        super().__init__(window=window, prefix=prefix)
+        # The publisher checks the connection's parameters the same way.
+        checked: RabbitMQPublisher[Any] = RabbitMQPublisher(
+            routing_key or "-", url=url, host=host, port=port, vhost=vhost,
+            username=username, password=password, tls=tls,
+            connect_timeout=connect_timeout, heartbeat=heartbeat)
+        if not isinstance(routing_key, str) or len(routing_key.encode()) > 255:
+            raise ValueError(f"routing_key {routing_key!r}: a string of at most 255 bytes")
+        if not isinstance(exchange, str) or len(exchange.encode()) > 255:
+            raise ValueError(f"exchange {exchange!r}: a string of at most 255 bytes")
+        if encode is not None and not callable(encode):
+            raise ValueError(f"encode {encode!r}: a callable or None is accepted")
+        self.routing_key, self.exchange = routing_key, exchange
+        self.host, self.port, self.vhost = checked.host, checked.port, checked.vhost
+        self.username, self.password, self.tls = (checked.username, checked.password,
+                                                  checked.tls)
+        self.connect_timeout, self.heartbeat = checked.connect_timeout, checked.heartbeat
+        self.encode, self.content_type = encode, content_type
+        self._connection: Any = None
+        self._channel: Any = None
+        self._confirmed_upto = 0  # every publish up to this sequence number is confirmed
+        self._singles: set[int] = set()
+        self._refused: list[str] = []
+        self._sent = 0
+
+    def __repr__(self) -> str:
+        return (f"RabbitMQSubscriber({self.address!r}, vhost={self.vhost!r}, "
+                f"exchange={self.exchange!r}, routing_key={self.routing_key!r})")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _open(self) -> None:
+        pika = require("pika", "rabbitmq", "the rabbitmq subscriber")
+        import pika.exceptions as pe
+
+        where = f"rabbitmq {self.address}"
+        try:
+            self._connection = pika.BlockingConnection(_parameters(
+                self.host, self.port, self.vhost, self.username, self.password, self.tls,
+                self.connect_timeout, self.heartbeat, f"reactive-streams to {self.routing_key}"))
+        except (pe.ProbableAuthenticationError, pe.AuthenticationError) as exc:
+            raise BrokerRefused(f"{where}: the broker refused the credentials of user "
+                                f"{self.username or 'guest'!r} ({_reason(exc)})") from None
+        except (pe.AMQPError, OSError) as exc:
+            raise BrokerRefused(f"{where}: could not connect: {_reason(exc)}") from None
+        channel = self._connection.channel()
+        impl = channel._impl  # confirms counted as they come, not one round trip each
+        selected = threading.Event()
+        impl.add_on_return_callback(self._on_return)
+        impl.confirm_delivery(self._on_confirm, callback=lambda frame: selected.set())
+        while not selected.is_set():
+            self._connection.process_data_events(0.1)
+        self._channel = channel
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        if type(method).__name__ == "Nack":
+            self._refused.append(f"the broker refused message {method.delivery_tag} "
+                                 f"(basic.nack)")
+        if method.multiple:
+            self._confirmed_upto = max(self._confirmed_upto, method.delivery_tag)
+        else:
+            self._singles.add(method.delivery_tag)
+        while self._confirmed_upto + 1 in self._singles:
+            self._confirmed_upto += 1
+            self._singles.discard(self._confirmed_upto)
+
+    def _on_return(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        self._refused.append(f"the broker returned message_id {properties.message_id!r}: "
+                             f"{method.reply_code} {method.reply_text} (exchange "
+                             f"{method.exchange!r}, routing key {method.routing_key!r})")
+
+    def _payload(self, element: T) -> tuple[bytes, str | None]:
+        if self.encode is not None:
+            return self.encode(element), self.content_type
+        if isinstance(element, (bytes, bytearray, memoryview)):
+            return bytes(element), self.content_type
+        if isinstance(element, str):
+            return element.encode(), self.content_type
+        as_dict = getattr(element, "asDict", None)  # a Spark Row
+        value = as_dict(recursive=True) if callable(as_dict) else element
+        return (json.dumps(value, default=str).encode(),
+                self.content_type or "application/json")
+
+    def _send(self, elements: Sequence[tuple[str, T]]) -> None:
+        pika = require("pika", "rabbitmq", "the rabbitmq subscriber")
+        impl = self._channel._impl
+        for key, element in elements:
+            body, content_type = self._payload(element)
+            properties = pika.BasicProperties(delivery_mode=2, message_id=key,
+                                              content_type=content_type)
+            impl.basic_publish(self.exchange, self.routing_key, body, properties,
+                               mandatory=True)
+            self._sent += 1
+        wait = max(30.0, self.connect_timeout)
+        deadline = time.monotonic() + wait
+        try:
+            while self._confirmed_upto < self._sent and not self._refused:
+                if time.monotonic() > deadline:
+                    raise BrokerRefused(f"rabbitmq {self.address}: "
+                                        f"{self._sent - self._confirmed_upto} messages not "
+                                        f"confirmed within {wait:g} s")
+                self._connection.process_data_events(_TICK)
+        except BrokerRefused:
+            raise
+        except Exception as exc:
+            raise BrokerRefused(f"rabbitmq {self.address}: the connection failed with "
+                                f"{self._sent - self._confirmed_upto} messages "
+                                f"unconfirmed: {_reason(exc)}") from None
+        if self._refused:
+            raise BrokerRefused(f"rabbitmq {self.address}: {self._refused[0]}"
+                                + (f" (and {len(self._refused) - 1} more)"
+                                   if len(self._refused) > 1 else ""))
+
+    def _close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                if connection.is_open:
+                    connection.close()
+            except Exception:  # lost already
+                pass
