@@ -278,6 +278,8 @@ class _Publisher(JetStreamPublisher[Any]):
 
     def identity(self, element: Any) -> str | None:
         sequence = getattr(element, "sequence", None)
+        if sequence is None and type(element) is dict:
+            sequence = element.get("stream_sequence")  # format=message
         return None if sequence is None else str(sequence)
 
 
@@ -298,14 +300,16 @@ class _Bad(Undecodable):
         self.sequence = sequence
 
 
-def _columns(message: JetStreamMessage) -> _Row:
-    return _Row({"subject": message.subject, "data": message.data,
-                 "headers": message.headers, "stream_sequence": message.stream_sequence,
-                 "consumer_sequence": message.consumer_sequence,
-                 "num_delivered": message.num_delivered,
-                 "timestamp": datetime.datetime.fromtimestamp(message.timestamp,
-                                                              datetime.timezone.utc)},
-                message.stream_sequence)
+def _columns(message: JetStreamMessage) -> dict[str, Any]:
+    # A plain dict (the converter's fast path); its identity is its stream_sequence.
+    return {"subject": message.subject, "data": message.data, "headers": message.headers,
+            "stream_sequence": message.stream_sequence,
+            "consumer_sequence": message.consumer_sequence,
+            "num_delivered": message.num_delivered,
+            "timestamp": datetime.datetime.fromtimestamp(message.timestamp, _UTC)}
+
+
+_UTC = datetime.timezone.utc
 
 
 def _parse_json(message: JetStreamMessage, columns: frozenset[str] | None = None) -> Any:

@@ -922,7 +922,13 @@ class _Session(Source[T], Generic[T]):
                     self._fail(JetStreamError(f"nats {p.address}: the server ended the pull "
                                               f"request: {why}"))
                 else:
+                    # Exceeded MaxWaiting, a leadership change...: pull again, not at once.
                     log.warning("nats %s: the server ended a pull request: %s", p.address, why)
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), 0.5)
+                    except asyncio.TimeoutError:
+                        pass
 
     def _received(self, msg: Any) -> None:
         """A message of a pull request, on the loop's thread."""

@@ -113,7 +113,7 @@ def test_a_slow_query_holds_at_most_max_records_unacknowledged_as_the_backlog_gr
                       processingTime="1 second")
     watch.wait_batches(query, 2)
     seen = []
-    for _ in range(4):
+    for _ in range(3):
         info = nats_server.consumer_info(nats, stream, "slow")
         seen.append((info.num_ack_pending, info.num_pending))
         watch.wait_batches(query, len(watch.batch_sizes(query)) + 1)
