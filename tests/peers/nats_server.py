@@ -126,6 +126,14 @@ class Server:
         self.process = subprocess.Popen([NATS_SERVER, "-c", str(config)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                         env={**os.environ, **(self.env or {})})
+        try:
+            return self._wait_ready(logged, timeout)
+        except BaseException:
+            self.stop()  # never leave a server behind
+            raise
+
+    def _wait_ready(self, logged: int, timeout: float) -> Server:
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         # The log may hold an earlier server's lines (a restart in the same directory).
         while "Server is ready" not in self.log[logged:]:
@@ -135,7 +143,6 @@ class Server:
                 raise RuntimeError(f"nats-server exited with {self.process.returncode}: "
                                    f"{error}\n{self.log}")
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"nats-server was not ready within {timeout} s:\n"
                                    f"{self.log}")
             time.sleep(0.02)

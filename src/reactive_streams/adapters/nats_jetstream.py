@@ -479,6 +479,7 @@ class _Session(Source[T], Generic[T]):
         self._ack_wait = publisher.ack_wait
         self._last_touch = 0.0
         self._last_error: BaseException | None = None
+        self._signal_due = False  # a signal to the emitter is scheduled on the loop
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"nats {publisher.address} {publisher.stream}/"
                                             f"{publisher.consumer}")
@@ -841,13 +842,10 @@ class _Session(Source[T], Generic[T]):
             acks, self._acks = self._acks, deque()
         if not acks or client.is_closed:
             return
+        # Written out by nats-py's flusher; drain() at the end waits for the last ones.
+        publish = client.publish
         for reply, what in acks:
-            await client.publish(reply, what)
-        try:
-            await client.flush(timeout=5)
-        except Exception as exc:
-            log.warning("nats %s: acknowledgements may not have reached the server: %s",
-                        self.p.address, _describe(exc, self.p))
+            await publish(reply, what)
 
     async def _request(self, client: Any, subject: str, batch: int,
                        budget: int | None) -> None:
@@ -933,39 +931,47 @@ class _Session(Source[T], Generic[T]):
     def _received(self, msg: Any) -> None:
         """A message of a pull request, on the loop's thread."""
         p = self.p
-        try:
-            meta = msg.metadata
-        except Exception:
+        reply = msg.reply or ""
+        fields = _ack_fields(reply)
+        if fields is None:
             self._fail(JetStreamError(f"nats {p.address}: a message without JetStream "
                                       f"metadata came to the pull request ({msg.subject!r})"))
             return
-        headers = {str(k): str(v) for k, v in (msg.headers or {}).items()}
-        size = len(msg.data) + sum(len(k) + len(v) for k, v in headers.items())
-        sequence = int(meta.sequence.stream)
+        delivered, sequence, consumer_sequence, stamp = fields
+        raw = msg.headers
+        headers = {str(k): str(v) for k, v in raw.items()} if raw else {}
+        data = msg.data
+        size = len(data) + (sum(len(k) + len(v) for k, v in headers.items()) if headers else 0)
         if size > p.max_message_bytes:
             self._fail(JetStreamError(
                 f"nats {p.address}: message {sequence} of stream {p.stream!r} has {size} "
                 f"bytes, more than max_message_bytes ({p.max_message_bytes}); it stays "
                 f"unacknowledged (raise max_message_bytes to read it)"))
             return
-        message = JetStreamMessage(
-            msg.subject, bytes(msg.data), headers, sequence, int(meta.sequence.consumer),
-            int(meta.num_delivered), meta.timestamp.timestamp())
-        emitter = None
+        message = JetStreamMessage(msg.subject, data if type(data) is bytes else bytes(data),
+                                   headers, sequence, consumer_sequence, delivered, stamp)
         with self._lock:
             held = self._held.get(sequence)
             if held is not None:
                 # A redelivery of a message held here (AckWait passed meanwhile): dropped;
                 # the newest delivery's subject acknowledges it.
-                held.reply = msg.reply
+                held.reply = reply
                 self._in_flight -= 1
                 return
-            self._held[sequence] = _Held(msg.reply, time.monotonic(), size)
+            self._held[sequence] = _Held(reply, time.monotonic(), size)
             self._buffer.append(message)
-            self._buffered_bytes += _size(message)
+            self._buffered_bytes += size + MESSAGE_OVERHEAD_BYTES
             self.received += 1
             self._in_flight -= 1
-            emitter = self._emitter
+        # One signal for all the messages of one read from the socket, not one each: the
+        # emitter's loop then pulls them together.
+        if not self._signal_due and self._loop is not None:
+            self._signal_due = True
+            self._loop.call_soon(self._signal)
+
+    def _signal(self) -> None:
+        self._signal_due = False
+        emitter = self._emitter
         if emitter is not None:
             emitter.signal()
 
@@ -981,8 +987,36 @@ class _Session(Source[T], Generic[T]):
 
 
 def _size(message: JetStreamMessage) -> int:
-    return len(message.data) + sum(len(k) + len(v) for k, v in message.headers.items()) + (
-        MESSAGE_OVERHEAD_BYTES)
+    headers = message.headers
+    return len(message.data) + (sum(len(k) + len(v) for k, v in headers.items()) if headers
+                                else 0) + MESSAGE_OVERHEAD_BYTES
+
+
+def _ack_fields(reply: str) -> tuple[int, int, int, float] | None:
+    """(num_delivered, stream sequence, consumer sequence, timestamp in seconds) from a
+    JetStream message's ack subject, ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream
+    seq>.<consumer seq>.<ns>.<pending>`` (or the form with a domain and an account hash
+    after ``$JS.ACK``); None for another subject.
+
+    Examples
+    --------
+    >>> _ack_fields("$JS.ACK.ORDERS.spark.2.17.40.1700000000000000000.5")
+    (2, 17, 40, 1700000000.0)
+    """
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        at = 4
+    elif len(tokens) >= 11:
+        at = 6
+    else:
+        return None
+    if tokens[0] != "$JS" or tokens[1] != "ACK":
+        return None
+    try:
+        return (int(tokens[at]), int(tokens[at + 1]), int(tokens[at + 2]),
+                int(tokens[at + 3]) / 1e9)
+    except ValueError:
+        return None
 
 
 def _describe(error: BaseException, publisher: Any) -> str:
