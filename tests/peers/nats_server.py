@@ -9,8 +9,9 @@ with a certificate for 127.0.0.1 signed by a certificate authority made for it
 The helpers speak nats-py on a loop of their own (:func:`run`): :func:`create_stream`,
 :func:`create_consumer` (a durable pull consumer, explicit acks, a short ``ack_wait``),
 :func:`publish_json` (N messages ``{"id": i}``, each with ``Nats-Msg-Id`` so the stream
-drops a repeat within its duplicate window) and :func:`consumer_info` (``num_ack_pending``:
-delivered and not acknowledged; ``num_pending``: not delivered yet).
+drops a repeat within its duplicate window), :func:`consumer_info` (``num_ack_pending``:
+delivered and not acknowledged; ``num_pending``: not delivered yet) and
+:func:`unacknowledged` (``num_ack_pending`` alone, for the crash trials).
 
 Run as a script to serve a server until interrupted (``python tests/peers/nats_server.py``).
 """
@@ -37,8 +38,9 @@ USER = "reader"
 #: The test user's password (a test secret, never a real one).
 PASSWORD = "nats-test-secret"
 
-__all__ = ["PASSWORD", "USER", "Server", "consumer_info", "create_consumer",
-           "create_stream", "free_port", "publish_json", "run", "version"]
+__all__ = ["PASSWORD", "USER", "FailingOnce", "Server", "consumer_info", "create_consumer",
+           "create_stream", "free_port", "publish_json", "run", "stream_messages",
+           "unacknowledged", "version"]
 
 R = TypeVar("R")
 
@@ -271,6 +273,12 @@ def consumer_info(server: Server, stream: str, durable: str) -> Any:
         return await js.consumer_info(stream, durable)
 
     return run(server, work)
+
+
+def unacknowledged(server: Server, stream: str, durable: str) -> int:
+    """The consumer's ``num_ack_pending``: messages delivered and not acknowledged, as the
+    server counts them (what a reader holds, or held when it died)."""
+    return int(consumer_info(server, stream, durable).num_ack_pending)
 
 
 def stream_messages(server: Server, stream: str) -> list[bytes]:
