@@ -768,7 +768,11 @@ class _Session(Source[T], Generic[T]):
     def _count(self) -> int:
         """Under the lock: how many entries the next read may ask for."""
         held = len(self._buffer)
-        count = min(self._wanted, self.p.max_buffered) - held
+        # The subscriber's outstanding demand (requested, not yet delivered), of which
+        # the held entries meet part; before the emitter runs, what the last pull asked.
+        emitter = self._emitter
+        wanted = emitter.demand if emitter is not None else self._wanted
+        count = min(wanted, self.p.max_buffered) - held
         limit = self.p.max_messages
         if limit is not None:
             count = min(count, limit - self._taken - held)
