@@ -206,6 +206,7 @@ class SubscriberForeachWriter:
         self._subscriber: Subscriber[Any] | None = None
         self._subscription: _TaskSubscription | None = None
         self._task: _TaskLink | None = None
+        self._wait_done: Callable[[], Any] | None = None
         self.dropped = 0
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
@@ -214,6 +215,9 @@ class SubscriberForeachWriter:
             raise TypeError(f"SubscriberForeachWriter: the factory returned "
                             f"{type(subscriber).__name__}, not a Subscriber")
         self._subscriber = subscriber
+        # Kept past a cancel (which releases the subscriber): close() waits on it.
+        wait_done = getattr(subscriber, "wait_done", None)
+        self._wait_done = wait_done if callable(wait_done) else None
         self._subscription = _TaskSubscription(_task_scope(partition_id, epoch_id))
         self._task = _TaskLink.find()
         self._signal("on_subscribe", self._subscription)
@@ -242,8 +246,7 @@ class SubscriberForeachWriter:
 
     def close(self, error: BaseException | None) -> None:
         subscription = self._subscription
-        subscriber = self._subscriber
-        if subscriber is not None and subscription is not None:
+        if self._subscriber is not None and subscription is not None:
             if subscription.failure is not None:
                 error = subscription.failure
             if subscription.cancelled:
@@ -253,10 +256,11 @@ class SubscriberForeachWriter:
         if self.dropped:
             log.info("SubscriberForeachWriter: %d rows dropped after the subscriber "
                      "cancelled", self.dropped)
-        wait_done = getattr(subscriber, "wait_done", None)
-        if error is None and callable(wait_done):
+        wait_done, self._wait_done = self._wait_done, None
+        if error is None and wait_done is not None:
             # A subscriber that hands rows on (a broker's) ends once they are confirmed,
-            # and raises what stopped it: the task fails, and Spark runs it again.
+            # and raises what stopped it (a refusal, after which it cancelled and the
+            # task's other rows were dropped): the task fails, and Spark runs it again.
             wait_done()
 
     def _end(self, error: BaseException | None) -> None:

@@ -92,10 +92,6 @@ def test_refused_credentials_fail_it_and_never_show_the_password(node: Node,
     assert "wrong-secret-2" not in str(raised.value)
 
 
-@pytest.mark.xfail(run=False, reason=(
-    "open: in a first run (2026-11-29) the writer failed once mid-batch and the query went "
-    "on without the rest of that partition's rows (224 onwards missing; 120 s); whether "
-    "SubscriberForeachWriter fails the task on wait_done's error is to be checked"))
 def test_a_batch_failed_mid_way_and_run_again_leaves_every_row(
         spark: SparkSession, node: Node, queue: str, tmp_path: Path) -> None:
     count = 400
@@ -114,12 +110,17 @@ def test_a_batch_failed_mid_way_and_run_again_leaves_every_row(
         return query
 
     try:
-        # The failed task is run again by Spark (local mode retries it), from its first
-        # row: the rows its first attempt published come again, with the same message_id.
+        # The refusal fails the task (close() raises what wait_done() raises), so the
+        # batch is not committed and the query fails; restarted from its checkpoint, it
+        # runs the batch again from its first row: the rows the failed attempt published
+        # come again, with the same message_id.
+        query = run()
+        with pytest.raises(Exception, match="injected: the writer fails"):
+            query.processAllAvailable()
+        assert os.path.exists(marker)  # the writer did fail once, mid-batch
         query = run()
         query.processAllAvailable()
         query.stop()
-        assert os.path.exists(marker)  # the writer did fail once, mid-batch
     finally:
         for query in queries:
             if query.isActive:
