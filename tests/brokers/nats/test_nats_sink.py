@@ -96,15 +96,6 @@ def _in_a_task(factory: Any, rows: int) -> None:
     writer.close(error)
 
 
-# SubscriberForeachWriter.process() releases the subscriber once it cancelled, so close()
-# has no subscriber to call wait_done() on: the task ends well and the rows after the
-# failure are dropped, unpublished (src/pyspark_reactive/sink/foreach_writer.py).
-_CLOSE_SKIPS_WAIT_DONE = pytest.mark.xfail(
-    strict=True, raises=(AssertionError, pytest.fail.Exception),
-    reason="SubscriberForeachWriter.close() skips wait_done() once the subscriber cancelled")
-
-
-@_CLOSE_SKIPS_WAIT_DONE
 def test_a_refusal_mid_task_fails_the_task(nats: nats_server.Server, stream: str,
                                            tmp_path: Path) -> None:
     factory = nats_server.FailingOnce(nats.url, f"{stream}.out", str(tmp_path / "failed"))
@@ -112,7 +103,6 @@ def test_a_refusal_mid_task_fails_the_task(nats: nats_server.Server, stream: str
         _in_a_task(factory, 100)
 
 
-@_CLOSE_SKIPS_WAIT_DONE
 def test_a_batch_that_failed_mid_way_and_ran_again_leaves_each_row_once(
         spark: SparkSession, watch: ProgressWatch, nats: nats_server.Server, stream: str,
         tmp_path: Path) -> None:
@@ -130,7 +120,7 @@ def test_a_batch_that_failed_mid_way_and_ran_again_leaves_each_row_once(
 
     first = start()
     try:
-        # It fails in its first batch; (with the defect, it reads on to the end instead).
+        # It fails in its first batch (were the failure lost, it would read on to the end).
         with watch._changed:
             watch._changed.wait_for(lambda: str(first.runId) in watch.terminated
                                     or watch.rows(first) >= count, 120)
