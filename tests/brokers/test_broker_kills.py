@@ -152,11 +152,12 @@ def test_four_brokers_lose_nothing_across_three_kills(tmp_path: Path) -> None:
     secrets = tmp_path / "secrets"
     secrets.mkdir(mode=0o700)
     # Each broker's folder (its data and log) in the test's own, kept after it for a look.
-    for folder in ("redis", "nats", "rabbitmq"):
+    # (The RabbitMQ node is the test process's one, shared with tests/brokers/rabbitmq.)
+    for folder in ("redis", "nats"):
         (tmp_path / folder).mkdir()
     redis = redis_server.RedisServer(tmp_path / "redis").start()
     nats = nats_server.Server(tmp_path / "nats").start()
-    node = rabbitmq_server.Node(tmp_path / "rabbitmq").start()
+    node = rabbitmq_server.shared_node()
     child: subprocess.Popen[bytes] | None = None
     flowing = threading.Event()
     published: collections.Counter[str] = collections.Counter()
@@ -237,7 +238,7 @@ def test_four_brokers_lose_nothing_across_three_kills(tmp_path: Path) -> None:
     finally:
         if child is not None:
             _kill(child, tag)
-        node.stop()
+        rabbitmq_server.release_shared_node()
         nats.stop()
         redis.stop()
     rows = [line.split() for line in (tmp_path / "committed").read_text().splitlines()]
