@@ -71,7 +71,7 @@ def _ids(messages: list[JetStreamMessage]) -> list[int]:
 
 def test_demand_bounds_what_is_delivered_unacknowledged_while_the_backlog_grows(
         nats: nats_server.Server, stream: str) -> None:
-    nats_server.create_consumer(nats, stream, "slow", ack_wait_s=2.0)
+    nats_server.create_consumer(nats, stream, "slow", ack_wait_s=3.0)
     nats_server.publish_json(nats, f"{stream}.a", 2000)
     publisher: JetStreamPublisher[JetStreamMessage] = JetStreamPublisher(
         nats.url, stream, "slow", acknowledge="on_durable", max_batch=100, **nats.credentials)
@@ -85,9 +85,10 @@ def test_demand_bounds_what_is_delivered_unacknowledged_while_the_backlog_grows(
     # Demand is the bound: 30 requested, 30 delivered and held unacknowledged.
     assert (info.num_ack_pending, info.num_pending) == (30, 1970)
     nats_server.publish_json(nats, f"{stream}.a", 500, start=2000)
-    # Past AckWait (2 s) the held messages are kept in progress, not delivered again.
+    # Past AckWait (3 s) the held messages are kept in progress (told every second), not
+    # delivered again.
     assert not _eventually(lambda: nats_server.consumer_info(
-        nats, stream, "slow").num_redelivered, timeout=3.0)
+        nats, stream, "slow").num_redelivered, timeout=4.0)
     info = nats_server.consumer_info(nats, stream, "slow")
     assert (info.num_ack_pending, info.num_pending) == (30, 2470)  # the backlog grew
     assert publisher.pending() == 2470
