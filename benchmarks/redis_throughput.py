@@ -5,7 +5,8 @@ goes, the ``RedisStreamPublisher`` adapter alone.
 
 A redis-server (``tests/peers/redis_server.py``: append-only file, ``appendfsync
 everysec``) runs on 127.0.0.1. For each run a new stream gets ``--rows`` entries of one
-field ``payload`` of ``--size`` bytes (``XADD`` in pipelines) and a group at ``0``, before
+field ``payload`` (a JSON object of ``--size`` bytes; ``XADD`` in pipelines) and a group
+at ``0``, before
 the clock starts; the clock runs from the consumer's start (the query's ``start()``) to its
 last entry:
 (a) the ceiling: redis-py ``XREADGROUP ... COUNT c`` in a loop, keeping every entry in a
@@ -14,24 +15,27 @@ list, then ``XACK`` of that read's IDs, where ``c`` is the ``COUNT`` the built-i
 ``maxRecordsPerTrigger``);
 (c) ``RedisStreamPublisher`` (on_next acknowledgement, the same ``max_buffered``) into a
 subscriber that counts, requesting ``--batch`` at a time, no Spark;
-(b) a query reads the stream with ``publisher=redis`` (message columns,
+(b) a query reads the stream with ``publisher=redis`` (``--format``: message columns, or
+the payload parsed into ``id BIGINT, pad STRING``;
 ``maxRecordsPerTrigger=--batch``, with ``walLocation`` unless ``--no-wal``) into Spark's
 ``noop`` sink with the default trigger on ``local[2]``, until its progress events have
 counted every row;
-(d) the same query with ``publisher=range`` instead (no broker): the rate Spark and the
-source reach on this machine, which bounds (b) whatever the broker gives.
+(d) the same query over the same rows from memory (``memory_rows``: the dicts the built-in
+makes, from an ``IterablePublisher``, no broker): the rate Spark and the source reach for
+these rows on this machine, which bounds (b) whatever the broker gives.
 Each runs ``--repeat`` times after one warm-up; the best run counts, and (b) and (c) are
 printed as ratios of (a). Server and consumer share the machine.
 
 Run from the repository root::
 
     .venv/bin/python benchmarks/redis_throughput.py [--rows N] [--size S] [--batch B]
-        [--repeat K] [--no-wal]
+        [--repeat K] [--no-wal] [--format message|json]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import tempfile
@@ -69,13 +73,15 @@ def _fill(server: redis_server.RedisServer, args: argparse.Namespace) -> str:
     """A new stream of ``--rows`` entries and its group ``g`` at 0."""
     stream = f"bench-{uuid.uuid4().hex[:8]}"
     client = server.client()
-    payload = b"x" * args.size
     try:
         client.xgroup_create(stream, "g", id="0", mkstream=True)
         for first in range(0, args.rows, 5000):
             pipe = client.pipeline(transaction=False)
-            for _ in range(min(5000, args.rows - first)):
-                pipe.xadd(stream, {"payload": payload})
+            for i in range(first, min(first + 5000, args.rows)):
+                # A JSON object of --size bytes, for format=json as for format=message.
+                head = b'{"id":%d,"pad":"' % i
+                pad = b"x" * max(0, args.size - len(head) - 2)
+                pipe.xadd(stream, {"payload": head + pad + b'"}'})
             pipe.execute()
     finally:
         client.close()
@@ -144,7 +150,10 @@ def into_spark(spark: Any, server: redis_server.RedisServer, args: argparse.Name
         reader = (spark.readStream.format("reactive").option("publisher", "redis")
                   .option("url", server.url).option("stream", stream).option("group", "g")
                   .option("passwordFile", str(server.password_file))
-                  .option("maxRecordsPerTrigger", args.batch))
+                  .option("maxRecordsPerTrigger", args.batch)
+                  .option("format", args.format))
+        if args.format == "json":
+            reader = reader.schema("id BIGINT, pad STRING")
         if not args.no_wal:
             reader = reader.option("walLocation", f"{folder}/wal")
         began = time.perf_counter()
@@ -162,14 +171,44 @@ def into_spark(spark: Any, server: redis_server.RedisServer, args: argparse.Name
     return args.rows / took
 
 
+def memory_rows(options: Any) -> Any:
+    """The factory of (d): ``count`` rows as the built-in ``redis`` makes them (the same
+    dicts, for ``format``), from memory, through a publisher that acknowledges nothing."""
+    import datetime
+
+    from reactive_streams import IterablePublisher
+
+    count, size = int(options["count"]), int(options["size"])
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def rows() -> Any:
+        for i in range(count):
+            head = f'{{"id":{i},"pad":"'
+            pad = "x" * max(0, size - len(head) - 2)
+            if options.get("format") == "json":
+                yield {"id": i, "pad": pad}
+            else:
+                yield {"stream": "s", "id": f"{i}-0",
+                       "fields": {"payload": (head + pad + '"}').encode()},
+                       "timestamp": now, "redelivered": False}
+
+    return IterablePublisher(rows)
+
+
 def spark_alone(spark: Any, args: argparse.Namespace) -> float:
-    """(d) Rows/s of the same query shape with ``publisher=range`` (no broker): what Spark
-    and the source take on this machine, the ceiling of (b) whatever the broker."""
+    """(d) Rows/s of the same query with the same rows from memory (``memory_rows``, no
+    broker): what Spark and the source take for these rows on this machine, the ceiling
+    of (b) whatever the broker gives."""
     listener = RowsListener(args.rows)
     spark.streams.addListener(listener)
     with tempfile.TemporaryDirectory() as folder:
-        reader = (spark.readStream.format("reactive").option("publisher", "range")
-                  .option("count", args.rows).option("maxRecordsPerTrigger", args.batch))
+        reader = (spark.readStream.format("reactive")
+                  .option("publisher", "redis_throughput:memory_rows")
+                  .option("count", args.rows).option("size", args.size)
+                  .option("format", args.format).option("maxRecordsPerTrigger", args.batch)
+                  .schema("id BIGINT, pad STRING" if args.format == "json" else
+                          "stream STRING, id STRING, fields MAP<STRING, BINARY>, "
+                          "timestamp TIMESTAMP, redelivered BOOLEAN"))
         if not args.no_wal:
             reader = reader.option("walLocation", f"{folder}/wal")
         began = time.perf_counter()
@@ -190,6 +229,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000, help="maxRecordsPerTrigger")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-wal", action="store_true", help="no walLocation in (b)")
+    parser.add_argument("--format", default="message", choices=("message", "json"),
+                        help="the built-in's format in (b): the message columns, or each "
+                             "payload (a JSON object) parsed into id BIGINT, pad STRING")
     args = parser.parse_args()
 
     with redis_server.RedisServer() as server:
@@ -199,6 +241,10 @@ def main() -> None:
         for _ in range(args.repeat):  # in turns, so a busy moment favours neither
             plain = max(plain, ceiling(server, args))
             alone = max(alone, adapter(server, args))
+        # The source runner imports memory_rows from this folder.
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH"))
+            if p)
         spark = local_session()
         into_spark(spark, server, args)  # warm-up
         spark_rate = range_rate = 0.0
@@ -210,15 +256,16 @@ def main() -> None:
           f"{redis.__version__}, {redis_server.version()}; {args.rows} entries of "
           f"{args.size} bytes per run, queued before the consumer starts, COUNT "
           f"{_count(args)}, maxRecordsPerTrigger={args.batch}, "
-          f"{'no walLocation' if args.no_wal else 'walLocation'}, best of {args.repeat}")
+          f"{'no walLocation' if args.no_wal else 'walLocation'}, format={args.format}, "
+          f"best of {args.repeat}")
     print(f"(a) plain redis-py, XREADGROUP + XACK (ceiling): {plain:,.0f} rows/s")
     print(f"(c) RedisStreamPublisher alone, no Spark: {alone:,.0f} rows/s "
           f"= {alone / plain:.0%} of the ceiling")
     print(f"(b) publisher=redis into Spark (noop): {spark_rate:,.0f} rows/s "
           f"= {spark_rate / plain:.0%} of the ceiling, "
           f"{spark_rate / range_rate:.0%} of (d)")
-    print(f"(d) publisher=range into Spark (noop), no broker: {range_rate:,.0f} rows/s: "
-          f"what Spark and the source take here")
+    print(f"(d) the same rows from memory into Spark (noop), no broker: {range_rate:,.0f} "
+          f"rows/s: what Spark and the source take for them here")
 
 
 if __name__ == "__main__":
