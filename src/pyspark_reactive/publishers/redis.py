@@ -168,7 +168,8 @@ def redis_publisher(options: Mapping[str, str]) -> Publisher[Any]:
     Spark without it). The group keeps every entry delivered and not acknowledged in its
     pending entries list, and a restarted query reads its consumer's pending entries
     first, so nothing is lost; entries that were durable but not yet acknowledged at a kill
-    come twice (with shards, a shard drops them by their entry ID).
+    come again, and the source drops them by their entry ID (``identity``), so nothing is
+    repeated.
 
     Parameters
     ----------
