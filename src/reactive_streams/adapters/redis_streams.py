@@ -540,8 +540,15 @@ class _Session(Source[T], Generic[T]):
                 elements += got
                 done = len(got) == len(taken) or terminal is not None
                 if done:
-                    # The demand this pull could not meet: the reader reads for it.
-                    self._wanted = 0 if terminal is not None else n - len(elements)
+                    # The demand these elements leave unmet, which the reader reads for:
+                    # the emitter's whole outstanding demand (n is at most a chunk of it),
+                    # read now, while it is settled (the emitter subtracts what it
+                    # delivers only after the chunk, so a later look would count the
+                    # elements being delivered as unmet and read beyond demand).
+                    emitter = self._emitter
+                    outstanding = emitter.demand if emitter is not None else n
+                    self._wanted = 0 if terminal is not None else max(
+                        0, max(outstanding, n) - len(elements))
                     self._cond.notify_all()
             if done:
                 return elements, terminal
@@ -768,11 +775,7 @@ class _Session(Source[T], Generic[T]):
     def _count(self) -> int:
         """Under the lock: how many entries the next read may ask for."""
         held = len(self._buffer)
-        # The subscriber's outstanding demand (requested, not yet delivered), of which
-        # the held entries meet part; before the emitter runs, what the last pull asked.
-        emitter = self._emitter
-        wanted = emitter.demand if emitter is not None else self._wanted
-        count = min(wanted, self.p.max_buffered) - held
+        count = min(self._wanted, self.p.max_buffered) - held
         limit = self.p.max_messages
         if limit is not None:
             count = min(count, limit - self._taken - held)
