@@ -22,7 +22,9 @@ the payload parsed into ``id BIGINT, pad STRING``;
 counted every row;
 (d) the same query over the same rows from memory (``memory_rows``: the dicts the built-in
 makes, from an ``IterablePublisher``, no broker): the rate Spark and the source reach for
-these rows on this machine, which bounds (b) whatever the broker gives.
+these rows on this machine, which bounds (b) whatever the broker gives. (b) does the work of
+(c) and of (d) in the one source runner process, under one GIL, so ``1 / (1/(c) + 1/(d))``
+is printed too: the ceiling that stops (b) when it is below (a).
 Each runs ``--repeat`` times after one warm-up; the best run counts, and (b) and (c) are
 printed as ratios of (a). Server and consumer share the machine.
 
@@ -266,6 +268,11 @@ def main() -> None:
           f"{spark_rate / range_rate:.0%} of (d)")
     print(f"(d) the same rows from memory into Spark (noop), no broker: {range_rate:,.0f} "
           f"rows/s: what Spark and the source take for them here")
+    # (b) does the work of (c) and of (d) in the one source runner process, under one GIL:
+    # its CPU time a row is at least the sum of theirs.
+    both = 1 / (1 / alone + 1 / range_rate)
+    print(f"(c)+(d) in one process, 1 / (1/(c) + 1/(d)): {both:,.0f} rows/s; (b) is "
+          f"{spark_rate / both:.0%} of it")
 
 
 if __name__ == "__main__":
