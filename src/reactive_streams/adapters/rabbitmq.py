@@ -495,7 +495,10 @@ class _Session(Source[T], Generic[T]):
         self.p = publisher
         self._lock = threading.Lock()
         self._buffer: deque[RabbitMQMessage] = deque()  # delivered, not yet pulled
+        self._sizes: deque[int] = deque()  # each buffered message's _held_bytes
         self._buffered_bytes = 0
+        self._woken = False  # a wake of the connection thread is on its way
+        self._arrived = False  # messages were delivered since the emitter's last signal
         self._taking: deque[tuple[int, bool]] = deque()  # (tag, skipped) pulled
         self._awaiting: deque[tuple[int, int]] = deque()  # (sequence, tag) signalled
         self._ack_upto = 0  # the highest delivery tag due for acknowledgement
@@ -535,14 +538,18 @@ class _Session(Source[T], Generic[T]):
                 want = n - len(elements)
                 if limit is not None:
                     want = min(want, limit - self._taken)
-                taken = [self._buffer.popleft() for _ in range(min(want, len(self._buffer)))]
-                self._buffered_bytes -= sum(_held_bytes(m) for m in taken)
+                count = min(want, len(self._buffer))
+                taken = [self._buffer.popleft() for _ in range(count)]
+                sizes = [self._sizes.popleft() for _ in range(count)]
+                self._buffered_bytes -= sum(sizes)
             decoded, bad = self._decode(taken)
             with self._lock:
                 if bad is not None:
                     back = taken[len(decoded):]
+                    back_sizes = sizes[len(decoded):]
                     self._buffer.extendleft(reversed(back))
-                    self._buffered_bytes += sum(_held_bytes(m) for m in back)
+                    self._sizes.extendleft(reversed(back_sizes))
+                    self._buffered_bytes += sum(back_sizes)
                     taken = taken[:len(decoded)]
                     self._terminal = bad
                 got = [e for e in decoded if e is not _SKIPPED]
@@ -685,7 +692,13 @@ class _Session(Source[T], Generic[T]):
         return True
 
     def _wake(self) -> None:
-        self._call(_nothing)
+        # One wake on its way is enough: the connection thread clears the flag before it
+        # reads the state, so a change made after that wakes it again.
+        if self._woken:
+            return
+        self._woken = True
+        if not self._call(_nothing):
+            self._woken = False
 
     def _fail(self, error: BaseException) -> None:
         self.consuming.set()
@@ -776,44 +789,63 @@ class _Session(Source[T], Generic[T]):
         window = self._window()
         # Channel-wide (global_qos=True): a change applies to this consumer at once.
         channel.basic_qos(prefetch_count=window, global_qos=True)
+        impl = channel._impl
+        qos_sent = [False]  # a basic.qos is on its way, its qos-ok not yet read
+
+        def qos_ok(frame: Any) -> None:
+            qos_sent[0] = False
+            connection.add_callback_threadsafe(_nothing)  # ends process_data_events' wait
 
         def on_message(ch: Any, method: Any, properties: Any, body: bytes) -> None:
             headers = properties.headers or {}
             message = RabbitMQMessage(
-                bytes(body), method.routing_key, method.exchange, bool(method.redelivered),
-                method.delivery_tag, properties.message_id, headers,
-                properties.content_type, properties.timestamp, time.time())
+                body if type(body) is bytes else bytes(body), method.routing_key,
+                method.exchange, bool(method.redelivered), method.delivery_tag,
+                properties.message_id, headers, properties.content_type,
+                properties.timestamp, time.time())
+            size = _held_bytes(message)
             with self._lock:
                 self._buffer.append(message)
-                self._buffered_bytes += _held_bytes(message)
+                self._sizes.append(size)
+                self._buffered_bytes += size
                 self._delivered = max(self._delivered, method.delivery_tag)
                 self.received += 1
                 self._credit = max(0, self._credit - 1)
-                emitter = self._emitter
-            if emitter is not None:
-                emitter.signal()
+            self._arrived = True
 
         channel.basic_consume(p.queue, on_message, auto_ack=False,
                               **({"consumer_tag": p.consumer_tag} if p.consumer_tag else {}))
         self.consume_ok = True
         self.consuming.set()
         while True:
+            self._woken = False  # before reading the state (see _wake)
             with self._lock:
                 closing = self._closing
                 ack_upto = self._ack_upto
                 awaiting = bool(self._awaiting)
             wanted = self._window(ack_upto)
-            if wanted != window:
-                # Before the acknowledgements: the broker never sees a wider window.
-                channel.basic_qos(prefetch_count=wanted, global_qos=True)
+            if wanted != window and not qos_sent[0]:
+                # Without waiting for its qos-ok, but before the acknowledgements it
+                # allows: the broker takes a channel's frames in order, so it never sees
+                # a wider window in between. One at a time: pika would hold back a second
+                # one until the first's qos-ok, and let acknowledgements pass it.
+                qos_sent[0] = True
+                impl.basic_qos(prefetch_count=wanted, global_qos=True, callback=qos_ok)
                 window = wanted
-            if ack_upto > self._acked:
+            if ack_upto > self._acked and wanted == window:
                 channel.basic_ack(ack_upto, multiple=True)
                 self._acked = ack_upto
-            if closing and not (p.acknowledge == "on_durable" and awaiting
-                                and time.monotonic() - self._closed_at < p.linger):
+            if closing and ack_upto <= self._acked and not (
+                    p.acknowledge == "on_durable" and awaiting
+                    and time.monotonic() - self._closed_at < p.linger):
                 return
             connection.process_data_events(time_limit=_TICK)
+            if self._arrived:
+                # One signal for all the messages one read of the socket delivered.
+                self._arrived = False
+                emitter = self._emitter
+                if emitter is not None:
+                    emitter.signal()
             oversized = self._oversized
             if oversized is not None:
                 # Only now, after the messages delivered before it were dispatched: they
