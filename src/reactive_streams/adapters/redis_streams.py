@@ -107,7 +107,10 @@ def entry_bytes(fields: Mapping[bytes, bytes]) -> int:
     >>> entry_bytes({b"payload": b'{"id": 1}'})
     144
     """
-    return sum(len(k) + len(v) + 2 * ITEM_OVERHEAD_BYTES for k, v in fields.items())
+    total = 2 * ITEM_OVERHEAD_BYTES * len(fields)
+    for name, value in fields.items():  # a loop, not sum() of a generator: once an entry
+        total += len(name) + len(value)
+    return total
 
 
 def parse_url(url: object) -> tuple[str, int, int, str | None, str | None, bool]:
@@ -457,12 +460,14 @@ def _bounded_parser(limits: _Limits) -> type:
             buffer: Any = self._buffer
             read = buffer.read
 
+            max_item = limits.max_item
+
             def bounded_read(length: int, *args: Any, **kwargs: Any) -> Any:
-                limits.left -= length + ITEM_OVERHEAD_BYTES
-                if length > limits.max_item:
-                    raise _TooLarge(f"a field of {length} bytes, more than max_message_bytes "
-                                    f"({limits.max_item})")
-                if limits.left < 0:
+                left = limits.left = limits.left - length - ITEM_OVERHEAD_BYTES
+                if length > max_item or left < 0:
+                    if length > max_item:
+                        raise _TooLarge(f"a field of {length} bytes, more than "
+                                        f"max_message_bytes ({max_item})")
                     raise _TooLarge(f"a reply of more than {limits.budget} bytes (COUNT x "
                                     f"(max_message_bytes + {_ENTRY_OVERHEAD_BYTES}))")
                 return read(length, *args, **kwargs)
@@ -822,8 +827,9 @@ class _Session(Source[T], Generic[T]):
             if fields is None:  # deleted from the stream while pending
                 gone.append(entry_id)
                 continue
-            record = RedisEntry(p.stream, entry_id, dict(fields), redelivered)
-            size = entry_bytes(record.fields)
+            # redis-py made the dict (pairs_to_dict): kept as it is, not copied.
+            record = RedisEntry(p.stream, entry_id, fields, redelivered)
+            size = entry_bytes(fields)
             if size > p.max_message_bytes:
                 kept_ids = [entry.id for entry in kept]
                 with self._cond:
