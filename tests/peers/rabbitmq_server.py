@@ -16,7 +16,12 @@ tests. :meth:`Node.wait_mqtt` waits for its listener.
 
 The config is Erlang terms (``rabbitmq.config``), not ``rabbitmq.conf``: the node then
 skips the cuttlefish translation, about 2 s of start-up. One user, ``username`` /
-``password``, may do everything; a wrong password is refused.
+``password``, may do everything; a wrong password is refused. ``Node(conf=TEXT)`` runs a
+``rabbitmq.conf`` as written instead (a user's, such as the how-to's): the node then reads
+that file, translated by cuttlefish as any node's, and the peer's own settings (listeners,
+user, statistics interval, the ``config`` terms) from ``advanced.config``, which RabbitMQ
+applies over it; :meth:`Node.settings` reads settings the running node holds, and
+:meth:`Node.restart` brings a killed or stopped node back with its data.
 
 Helpers: :meth:`Node.declare_queue`, :func:`publish_json` (N persistent JSON messages
 ``{"id": i}`` with ``message_id`` ``"<prefix><i>"``, publisher-confirmed) and
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -77,6 +83,9 @@ class Node:
         Enable the MQTT plugin on ``mqtt_port`` once the node is up (see the module).
     config : list of str, optional
         More ``{rabbit, [...]}`` settings as Erlang terms (``"{max_message_size, 4096}"``).
+    conf : str, optional
+        A ``rabbitmq.conf`` (the new-style ``key = value`` format) the node runs as written;
+        the peer's own settings then go to ``advanced.config`` (see the module).
     name : str, optional
         The Erlang node name (default ``rabbit-<random>@localhost``).
     """
@@ -88,7 +97,7 @@ class Node:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, *, tls: bool = False,
                  mqtt: bool = True, config: Iterable[str] = (),
-                 name: str | None = None) -> None:
+                 name: str | None = None, conf: str | None = None) -> None:
         self._own_dir = directory is None
         self.dir = Path(directory if directory is not None
                         else tempfile.mkdtemp(prefix="rabbitmq-"))
@@ -101,6 +110,7 @@ class Node:
         self.ca_file = self.dir / "ca.crt"
         self.mqtt = mqtt
         self.extra = list(config)
+        self.conf = conf
         self.process: subprocess.Popen[bytes] | None = None
         self.epmd: subprocess.Popen[bytes] | None = None
         self._plugins: subprocess.Popen[bytes] | None = None
@@ -125,7 +135,8 @@ class Node:
             "RABBITMQ_LOG_BASE": str(d / "log"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
             "RABBITMQ_PLUGINS_EXPAND_DIR": str(d / "plugins-expand"),
-            "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq.config"),
+            "RABBITMQ_CONFIG_FILE": str(
+                d / ("rabbitmq.conf" if self.conf is not None else "rabbitmq.config")),
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(d / "advanced.config"),
             "RABBITMQ_CONF_ENV_FILE": str(d / "rabbitmq-env.conf"),
             "RABBITMQ_PID_FILE": str(d / "node.pid"),
@@ -162,8 +173,12 @@ class Node:
         began = time.monotonic()
         d = self.dir
         (d / "log").mkdir(parents=True, exist_ok=True)
-        (d / "rabbitmq.config").write_text(self._config())
-        (d / "advanced.config").write_text("[].\n")
+        if self.conf is None:
+            (d / "rabbitmq.config").write_text(self._config())
+            (d / "advanced.config").write_text("[].\n")
+        else:  # the given rabbitmq.conf as written; the peer's settings applied over it
+            (d / "rabbitmq.conf").write_text(self.conf)
+            (d / "advanced.config").write_text(self._config())
         (d / "rabbitmq-env.conf").write_text("")
         if not (d / "enabled_plugins").exists():
             (d / "enabled_plugins").write_text("[].\n")
@@ -246,6 +261,33 @@ class Node:
         if done.returncode != 0:
             raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr or done.stdout}")
         return done.stdout
+
+    def settings(self, *keys: str, application: str = "rabbit") -> dict[str, Any]:
+        """The values the running node holds for ``application``'s ``keys`` (integers, or
+        the Erlang terms' text; None for a key it has none for), in one ``rabbitmqctl``."""
+        out = self.ctl("eval", f"[application:get_env({application}, K) || "
+                       f"K <- [{', '.join(keys)}]].").strip()
+        values = re.findall(r"\{ok,(.*?)\}(?=,\{ok|,undefined|\]$)|(undefined)",
+                            out.replace("\n", "").replace(" ", ""))
+        found: dict[str, Any] = {}
+        for key, (value, undefined) in zip(keys, values, strict=True):
+            found[key] = None if undefined else (
+                int(value) if value.lstrip("-").isdigit() else value)
+        return found
+
+    def restart(self, *, kill: bool = True, timeout: float = 60.0) -> Node:
+        """SIGKILL the node (or, with ``kill=False``, stop it gracefully) and start it again
+        with its folder and name, so with its queues and messages, on the same AMQP port;
+        the Erlang distribution and epmd get new ports (the old may linger in TIME_WAIT)."""
+        own, self._own_dir = self._own_dir, False  # keep the folder across the stop
+        try:
+            if kill:
+                self.kill()
+            self.stop()
+        finally:
+            self._own_dir = own
+        self.dist_port, self.epmd_port = free_port(), free_port()
+        return self.start(timeout)
 
     def queue_counts(self, queue: str) -> tuple[int, int]:
         """``(messages_ready, messages_unacknowledged)`` of ``queue`` from ``rabbitmqctl
