@@ -154,11 +154,12 @@ OPTION_SPECS = OptionSpecs([
         "acknowledged in its turn, and the source logs per batch how many it left out and "
         "the first of them.", "choice", "fail", choices=BAD_PAYLOADS),
     OptionSpec(
-        "identityColumn", "With `format=json` and the source's option `shards`: the column "
-        "whose value identifies a message (a message id its producer gives it). A shard "
-        "remembers the identities of the messages it kept, and drops a redelivery of one "
-        "of them (the broker sends again what a task kept but could not acknowledge before "
-        "it died), so no row is repeated.", accepted="a column of the schema",
+        "identityColumn", "With `format=json`, and `walLocation` or the source's option "
+        "`shards`: the column whose value identifies a message (a message id its producer "
+        "gives it, unique to the message). The write-ahead log (or a shard's) remembers the "
+        "identities of the messages it kept, and a redelivery of one of them (the broker "
+        "sends again what was kept but not yet acknowledged when the query died) is "
+        "dropped, so no row is repeated.", accepted="a column of the schema",
         shown_default="none: a redelivered message is kept again"),
     OptionSpec("maxMessages", "The publisher completes after this many messages.", "int",
                minimum=0, shown_default="none: endless"),
@@ -359,10 +360,10 @@ def _identity_column(options: Mapping[str, str], format: str, factory_options: A
     if columns is not None and column not in columns:
         raise OptionError("identityColumn", column,
                           f"a column of the schema: one of {', '.join(sorted(columns))}")
-    if shard is None:
+    if shard is None and SOURCE_OPTION_SPECS.given(options, "walLocation") is None:
         logging.getLogger("pyspark_reactive.source").warning(
-            "reactive source: the mqtt option identityColumn has no effect without the "
-            "source's option shards (only a shard's log remembers identities)")
+            "reactive source: the mqtt option identityColumn has no effect without "
+            "walLocation or the source's option shards (only a log remembers identities)")
     return column
 
 

@@ -328,11 +328,13 @@ def _tls(options: Mapping[str, str], url_tls: bool) -> bool | ssl.SSLContext:
 class _Row(dict[str, Any]):
     """A row as a dict, carrying its message's identity (``message_id``) beside it."""
 
-    __slots__ = ("message_id",)
+    __slots__ = ("message_id", "redelivered")
 
-    def __init__(self, values: dict[str, Any], message_id: str | None) -> None:
+    def __init__(self, values: dict[str, Any], message_id: str | None,
+                 redelivered: bool = False) -> None:
         super().__init__(values)
         self.message_id = message_id
+        self.redelivered = redelivered
 
 
 def _time(seconds: float | None) -> datetime.datetime | None:
@@ -355,7 +357,7 @@ def _columns(message: RabbitMQMessage) -> _Row:
                  "headers": {str(k): _header(v) for k, v in message.headers.items()},
                  "redelivered": message.redelivered, "delivery_tag": message.delivery_tag,
                  "timestamp": _time(message.timestamp), "received": _time(message.received)},
-                message.message_id)
+                message.message_id, message.redelivered)
 
 
 def _parse_json(message: RabbitMQMessage, columns: frozenset[str] | None = None) -> Any:
@@ -369,7 +371,8 @@ def _parse_json(message: RabbitMQMessage, columns: frozenset[str] | None = None)
         problem = f"is not JSON ({error})"
     else:
         if isinstance(value, dict):
-            return _Row(keep_columns(value, columns), message.message_id)
+            return _Row(keep_columns(value, columns), message.message_id,
+                        message.redelivered)
         if value is not None:
             return keep_columns(value, columns)
         problem = "is JSON null, not a row"
@@ -386,6 +389,12 @@ class _Publisher(RabbitMQPublisher[Any]):
 
     def identity(self, element: Any) -> str | None:
         return getattr(element, "message_id", None)
+
+    def redelivered(self, element: Any) -> bool:
+        """Whether the broker delivered the message before (its ``redelivered`` flag):
+        only such a message is dropped for its ``message_id``, which a producer may
+        reuse."""
+        return getattr(element, "redelivered", False) is True
 
 
 class _Skipping(_Publisher):

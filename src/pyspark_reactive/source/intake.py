@@ -131,6 +131,7 @@ class Intake:
             getattr(publisher, "identity", None)
             if wal is not None and self._on_durable is not None else None)
         self._recent: deque[str] = deque(maxlen=IDENTITY_WINDOW)
+        self._recent_changed = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._nudge = buffer.nudge_when(sync_rows)
@@ -290,7 +291,9 @@ class Intake:
                 schema = schema.with_metadata({**(schema.metadata or {}),
                                                IDENTITIES_METADATA: json.dumps(identities)})
             self.wal.write(entry, table.to_batches(), schema, key)
-            self._recent.extend(identities)
+            if identities:
+                self._recent.extend(identities)
+                self._recent_changed = True
         self.segments.append(Segment(start, end, table))
         self.synced += table.num_rows
         self._consumed(end, consumed, left_out, held)
@@ -355,6 +358,15 @@ class Intake:
                 found.append(str(value))
         return found
 
+    def remember(self, identities: set[str]) -> None:
+        """Identities the log held when this run subscribed (its segments', and the
+        newest of those committed before): kept in the file the next commit writes."""
+        if self._identity is None or not identities:
+            return
+        with self._lock:
+            self._recent.extendleft(list(identities)[:IDENTITY_WINDOW])
+            self._recent_changed = True
+
     def _key(self, element: Any) -> str | None:
         if self._position_key is None:
             return None
@@ -387,9 +399,10 @@ class Intake:
     def committed(self, end: int) -> None:
         """Spark committed up to ``end``: drop those rows; without a log they are durable."""
         with self._lock:
-            if self._identity is not None and self._recent and self.wal is not None:
+            if self._identity is not None and self._recent_changed and self.wal is not None:
                 # Before the log deletes the committed segments, whose identities these are.
                 self.wal.put(RECENT_IDENTITIES, json.dumps(list(self._recent)).encode())
+                self._recent_changed = False
             self.segments = [s for s in self.segments if s.end > end]
             if self.wal is None:
                 self._committed = max(self._committed, end)

@@ -10,9 +10,11 @@ The intake keeps the identities of each segment it writes in the segment
 (:data:`IDENTITIES_METADATA`), and at each commit of Spark's (which deletes the committed
 segments) the newest :data:`IDENTITY_WINDOW` of them in the log's file
 :data:`RECENT_IDENTITIES`. When a run subscribes, :func:`remembered_identities` reads them
-back, and :class:`RedeliveryFilter` drops an element whose identity is among them, once,
-asking upstream for one more in its place and acknowledging it in its turn, with the rows
-around it, so the broker forgets it too.
+back, and :class:`RedeliveryFilter` drops an element whose identity is among them, once
+(and, when the publisher has ``redelivered(element)``, only if that says the broker sent
+it before: a producer may reuse an id), asking upstream for one more in its place and
+acknowledging it in its turn, so the broker forgets it too. An identity must be unique to
+a message within the newest few thousand.
 """
 
 from __future__ import annotations
@@ -93,6 +95,11 @@ class RedeliveryFilter(Publisher[Any]):
         self._marks: deque[tuple[int, int]] = deque()
         self._kept = 0
         self._signalled = 0
+        self._durable = 0  # the count on_durable was last given (elements kept)
+        self._telling = threading.Lock()
+        self._told = 0  # the count the publisher was last told
+        marked = getattr(publisher, "redelivered", None)
+        self._marked = marked if callable(marked) else None
         self.dropped = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -109,7 +116,19 @@ class RedeliveryFilter(Publisher[Any]):
             upstream = 0
             while self._marks and self._marks[0][0] <= count:
                 upstream = self._marks.popleft()[1]
-        if upstream:
+            self._durable = max(self._durable, count)
+            if not self._marks and self._durable >= self._kept:
+                # Nothing kept waits: the drops since the last kept one are durable too.
+                upstream = self._signalled
+        self._tell(upstream)
+
+    def _tell(self, upstream: int) -> None:
+        # One call at a time, counts only growing: from the log's thread (on_durable) and
+        # from the signalling thread (a drop when nothing kept waits).
+        with self._telling:
+            if upstream <= self._told:
+                return
+            self._told = upstream
             self._publisher.on_durable(upstream)
 
     # -- on the publisher's signalling thread ------------------------------------------------
@@ -124,17 +143,36 @@ class RedeliveryFilter(Publisher[Any]):
             identity = None
         with self._lock:
             self._signalled += 1
-            if identity is not None and str(identity) in self._remembered:
+            if identity is not None and str(identity) in self._remembered and (
+                    self._redelivered(element)):
                 self._remembered.discard(str(identity))
                 self.dropped += 1
                 if self._marks:
-                    # Acknowledged with the kept element before it (if none yet, with the
-                    # first kept one: acknowledgements go in order).
+                    # Acknowledged with the kept element before it, once that is durable.
                     kept, _ = self._marks[-1]
                     self._marks[-1] = (kept, self._signalled)
-                return False
-            self._kept += 1
-            self._marks.append((self._kept, self._signalled))
+                    return False
+                # Every element kept before it is durable (or none was kept): it is in the
+                # log already, so it is acknowledged now (or it would hold the broker's
+                # window until another element came, which a full window never lets come).
+                upstream = self._signalled if self._durable >= self._kept else 0
+            else:
+                self._kept += 1
+                self._marks.append((self._kept, self._signalled))
+                return True
+        self._tell(upstream)
+        return False
+
+    def _redelivered(self, element: Any) -> bool:
+        """Whether the publisher marks ``element`` as sent before (True when it cannot
+        tell: the identity alone decides then, which must be unique to a message)."""
+        marked = self._marked
+        if marked is None:
+            return True
+        try:
+            return bool(marked(element))
+        except Exception:
+            log.exception("reactive source: the publisher's redelivered() raised")
             return True
 
 

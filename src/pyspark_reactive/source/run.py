@@ -211,14 +211,21 @@ class QueryRun:
         publisher = make_publisher(self.options, self.schema, self.factory,
                                    ResumePoint(base, self.log.resume_key()))
         wal = self.log.wal
-        if wal is not None and callable(getattr(publisher, "identity", None)) and callable(
-                getattr(publisher, "on_durable", None)):
-            # Messages the log holds that the broker sends again: dropped.
-            publisher = RedeliveryFilter(publisher, remembered_identities(wal))
+        remembered: set[str] = set()
+        if (wal is not None and callable(getattr(publisher, "identity", None))
+                and callable(getattr(publisher, "on_durable", None))
+                and getattr(publisher, "arrow_batches", False) is not True):
+            # Messages the log holds that the broker sends again: dropped. (Arrow mode
+            # counts rows, not messages: no identities there.)
+            remembered = remembered_identities(wal)
+            publisher = RedeliveryFilter(publisher, remembered)
         buffer = DemandBuffer(first_batch or self.options.max_records_per_trigger)
         self.bound.subscribed(buffer, first_batch)
         upstream = self.upstream = Upstream(self.options, publisher, buffer, self.converter,
                                             self.arrow_schema, self.log.wal, base)
+        # Kept on in the file the next commit writes: the previous run's segments that
+        # this run's commits delete keep their identities there.
+        upstream.intake.remember(remembered)
         # The rate of the first batch's wait counts from the subscription.
         self.fill.subscribed(upstream.start())
         return upstream

@@ -39,12 +39,75 @@ def test_a_remembered_message_is_dropped_once_and_acknowledged_with_the_one_befo
     assert filtered.position_key("a") == "key-a" and filtered.identity("q") == "q"
 
 
-def test_leading_redeliveries_are_acknowledged_with_the_first_kept_one() -> None:
+def test_redeliveries_with_nothing_kept_waiting_are_acknowledged_at_once() -> None:
+    # They are in the log already. Held until a kept element became durable, a broker
+    # window full of them would never let another element come (a stall).
     upstream = _Acknowledging("xyab")
     filtered = RedeliveryFilter(upstream, {"x", "y"})
     assert collect(filtered, timeout=10) == ["a", "b"]
+    assert upstream.told == [1, 2]
     filtered.on_durable(1)
-    assert upstream.told == [3]
+    assert upstream.told == [1, 2, 3]
+
+
+def test_a_redelivery_after_every_kept_element_was_durable_is_acknowledged_at_once() -> None:
+    from reactive_streams import Subscriber, Subscription
+
+    upstream = _Acknowledging("abx")
+
+    import threading
+
+    class Stepping(Subscriber[str]):
+        subscription: Subscription
+        changed = threading.Condition()
+        received = 0
+
+        def on_subscribe(self, subscription: Subscription) -> None:
+            self.subscription = subscription
+
+        def on_next(self, element: str) -> None:
+            with self.changed:
+                self.received += 1
+                self.changed.notify_all()
+
+        def wait_for(self, n: int) -> None:
+            with self.changed:
+                assert self.changed.wait_for(lambda: self.received >= n, 10)
+
+        def on_error(self, error: BaseException) -> None:
+            raise AssertionError(error)
+
+        def on_complete(self) -> None:
+            pass
+
+    filtered = RedeliveryFilter(upstream, {"x"})
+    stepping = Stepping()
+    filtered.subscribe(stepping)
+    stepping.subscription.request(2)   # a and b
+    stepping.wait_for(2)
+    filtered.on_durable(2)
+    assert upstream.told == [2]
+    told = threading.Event()
+    upstream.on_durable = lambda count: (upstream.told.append(count), told.set())  # type: ignore[method-assign]
+    stepping.subscription.request(1)   # x: a redelivery, with nothing kept waiting
+    assert told.wait(10)
+    assert upstream.told == [2, 3]
+
+
+class _Marking(_Acknowledging):
+    """Upper-case letters are the ones the broker sent before."""
+
+    def identity(self, element: str) -> str:
+        return element.lower()
+
+    def redelivered(self, element: str) -> bool:
+        return element.isupper()
+
+
+def test_with_redelivered_only_a_message_sent_before_is_dropped() -> None:
+    # A producer may reuse an id: a new message with a remembered id is kept.
+    filtered = RedeliveryFilter(_Marking("xaX"), {"x"})
+    assert collect(filtered, timeout=10) == ["x", "a"]
 
 
 def test_demand_stays_what_the_subscriber_asked_for() -> None:
