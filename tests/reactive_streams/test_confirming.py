@@ -136,3 +136,15 @@ def test_the_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="window 0"):
         _Gated(window=0)
 
+
+
+def test_a_second_subscription_is_cancelled_even_after_the_first_ended() -> None:
+    sink = _Gated(window=8)
+    for _ in range(3):
+        sink.gate.release()
+    IterablePublisher(lambda: iter([1, 2, 3])).subscribe(sink)
+    sink.wait_done(timeout=10)
+    again = _Recording()
+    sink.on_subscribe(again)
+    # §2.5: it serves one stream; a second would start from the first's end, unsent.
+    assert again.cancelled.is_set() and again.requested == 0

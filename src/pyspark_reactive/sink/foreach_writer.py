@@ -286,6 +286,8 @@ class SubscriberForeachWriter:
             if self._subscription is not None:
                 self._subscription.cancel()
             self._release()
+            # It got no terminal signal: its wait_done() would wait for one forever.
+            self._wait_done = None
 
 
 def _task_scope(partition_id: int, epoch_id: int) -> str:

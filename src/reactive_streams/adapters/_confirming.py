@@ -21,7 +21,9 @@ turns into the broker's message identity (a ``Nats-Msg-Id``, a ``message-id``, a
 deduplication key): ``"<prefix><scope>.<n>"``, where ``scope`` names the batch (the
 subscription's ``batch_scope()`` when it has one: the query, batch and partition under
 Spark; else one made per subscription) and ``n`` counts the elements this subscriber
-received in that scope, from 0.
+received in that scope, from 0. A retried batch gives each row its key again only when it
+gives the rows in the same order (deterministic output, as Spark's own ``foreach``
+guarantee asks): after a round-robin ``repartition``, key the rows by a column instead.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class ConfirmingSubscriber(Subscriber[T], ABC, Generic[T]):
         self._changed = threading.Condition()
         self._queue: deque[tuple[str, T]] = deque()
         self._subscription: Subscription | None = None
+        self._used = False  # subscribed once: a subscriber serves one stream
         self._ended = False  # on_complete or on_error came
         self._upstream_error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -127,10 +130,13 @@ class ConfirmingSubscriber(Subscriber[T], ABC, Generic[T]):
     def on_subscribe(self, subscription: Subscription) -> None:
         require_not_none(subscription, "the subscription", "§2.13")
         with self._changed:
-            if self._subscription is not None:
-                subscription.cancel()  # §2.5: one subscription at a time
+            if self._subscription is not None or self._used:
+                # §2.5: one subscription at a time; and one in all: a second after the
+                # first ended would start from the first's end (its elements unsent).
+                subscription.cancel()
                 return
             self._subscription = subscription
+            self._used = True
         defer = getattr(subscription, "defer_confirmation", None)
         self._deferred = callable(defer)
         if defer is not None and self._deferred:

@@ -328,6 +328,9 @@ class MqttPublisher(Publisher[T], Generic[T]):
         clean = (not client_id) if clean_start is None else clean_start
         if not isinstance(clean, bool):
             raise ValueError(f"clean_start {clean_start!r}: True or False is accepted")
+        if protocol == "3.1.1" and not clean and not client_id:
+            raise ValueError("clean_start: True without a client_id with protocol='3.1.1' "
+                             "(an MQTT 3.1.1 broker keeps a session only for a client id)")
         if protocol == "3.1.1" and session_expiry is not None:
             raise ValueError("session_expiry: None with protocol='3.1.1' (MQTT 3.1.1 has no "
                              "session expiry: a broker keeps a session that is not clean "

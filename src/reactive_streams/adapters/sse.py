@@ -46,6 +46,8 @@ EVENT_OVERHEAD_BYTES: Final = 256
 #: The reconnection delay until the server sends ``retry:`` (the spec leaves it to the
 #: client; browsers wait a few seconds).
 DEFAULT_RETRY_S: Final = 3.0
+#: The shortest reconnection delay, whatever ``retry:`` says.
+MIN_RETRY_S: Final = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +161,10 @@ class SsePublisher(Publisher[T], Generic[T]):
         headers = dict(headers or {})
         for name, value in headers.items():
             if not (isinstance(name, str) and isinstance(value, str)) or any(
-                    c in name + value for c in "\r\n"):
+                    c in name + value for c in "\r\n") or not _latin1(name + value):
                 raise ValueError(f"headers: names and values are strings without line "
-                                 f"breaks (the header {str(name)[:40]!r} is not)")
+                                 f"breaks, in Latin-1 as HTTP sends them (the header "
+                                 f"{str(name)[:40]!r} is not; its value is not shown)")
         self.headers = headers
         if last_event_id is not None and (not isinstance(last_event_id, str)
                                           or any(c in last_event_id for c in "\r\n\0")):
@@ -228,9 +231,19 @@ def url_problem(url: object) -> str | None:
         return f"not a URL ({error})"
     if parts.scheme not in ("http", "https"):
         return "an http:// or https:// URL is needed"
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
+        return "spaces and control characters must be percent-encoded (as %20)"
     if not parts.hostname:
         return "the URL names no host"
     return None
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_int(name: str, value: object, low: int) -> None:
@@ -345,8 +358,9 @@ class _Stream(Source[T], Generic[T]):
                     self._lock.wait_for(lambda: self._closing, timeout=delay)
         except Exception as error:  # a bug here must not leave the subscriber waiting
             log.exception("sse %s: the reading thread failed", redact_url(self.p.url))
+            # Its type only: a library's message may quote the request (a header).
             self._end(SseError(f"sse {redact_url(self.p.url)}: the reading thread failed: "
-                               f"{error!r}"))
+                               f"{type(error).__name__} (see the log)"))
         finally:
             with self._lock:
                 connection, self._connection = self._connection, None
@@ -383,12 +397,13 @@ class _Stream(Source[T], Generic[T]):
             old.close()
         if p.receive_buffer is not None:
             # Before connecting: the window is agreed in the handshake.
-            connection.sock = socket.socket(socket.AF_INET6 if ":" in (parts.hostname or "")
-                                            else socket.AF_INET, socket.SOCK_STREAM)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            family, socket_type, proto, _, address = socket.getaddrinfo(
+                parts.hostname, port, type=socket.SOCK_STREAM)[0]
+            connection.sock = socket.socket(family, socket_type, proto)
             connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, p.receive_buffer)
             connection.sock.settimeout(p.connect_timeout)
-            connection.sock.connect((parts.hostname, parts.port or (
-                443 if parts.scheme == "https" else 80)))
+            connection.sock.connect(address)
             if parts.scheme == "https":
                 context = p.tls or ssl.create_default_context()
                 connection.sock = context.wrap_socket(connection.sock,
@@ -427,20 +442,28 @@ class _Stream(Source[T], Generic[T]):
         data: list[str] = []
         size = 0
         event_type = ""
+        # The spec's last event ID buffer: it becomes the stream's last event id (sent
+        # when reconnecting) only once its event is complete, so an event cut off by a
+        # dropped connection is asked for again rather than skipped.
+        id_buffer = self._last_id
         while True:
             if not self._wait_for_room():
                 return
             raw = response.readline(limit + 2)
             if not raw:
                 return  # the server ended the response
-            if len(raw) > limit + 1 or (len(raw) == limit + 2 and not raw.endswith(b"\n")):
+            content = raw[:-1] if raw.endswith(b"\n") else raw
+            if content.endswith(b"\r"):
+                content = content[:-1]
+            if len(content) > limit:
                 raise _Final(f"sse {redact_url(self.p.url)}: a line longer than "
                              f"max_event_bytes={limit}")
-            line = raw.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
+            line = content.decode("utf-8", errors="replace")
             if not line:
+                self._last_id = id_buffer
                 if data:
                     self._dispatch(SseEvent("\n".join(data), event_type or "message",
-                                            self._last_id, time.time()))
+                                            id_buffer, time.time()))
                 data, size, event_type = [], 0, ""
                 continue
             if line.startswith(":"):
@@ -458,9 +481,10 @@ class _Stream(Source[T], Generic[T]):
                 event_type = value
             elif name == "id":
                 if "\0" not in value:
-                    self._last_id = value
+                    id_buffer = value
             elif name == "retry" and value.isdigit():
-                self._retry = int(value) / 1000
+                # At least a tenth of a second: retry 0 would reconnect in a busy loop.
+                self._retry = max(int(value) / 1000, MIN_RETRY_S)
 
     def _wait_for_room(self) -> bool:
         """Wait while the buffer is full (reading paused: TCP holds the server back);

@@ -190,3 +190,43 @@ class TestSseBuiltin(PublisherVerification[Any]):
         publisher: Publisher[Any] = sse_publisher(FactoryOptions(
             {"url": f"http://127.0.0.1:{_closed_port()}/events", "giveUpAfterMs": "200"}))
         return publisher
+
+
+def test_an_event_cut_off_by_a_dropped_connection_is_asked_for_again() -> None:
+    # The spec's last event id changes only once an event is complete (the blank line):
+    # a connection dropped between an event's id and its end asks for that event again.
+    served: list[str | None] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+            b"\r\nretry: 100\n\n")
+
+    def serve() -> None:
+        for body in (b"id: 1\ndata: a\n\nid: 2\ndata: b\n",  # cut off before event 2 ends
+                     b"id: 2\ndata: b\n\nid: 3\ndata: c\n\n"):
+            connection, _ = listener.accept()
+            with connection:
+                request = connection.recv(65536).decode()
+                served.append(next((line.split(": ", 1)[1] for line in request.split("\r\n")
+                                    if line.lower().startswith("last-event-id")), None))
+                connection.sendall(head + body)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        events = collect(SsePublisher(f"http://127.0.0.1:{port}/s", max_events=3), timeout=30)
+    finally:
+        listener.close()
+    assert [(e.id, e.data) for e in events] == [("1", "a"), ("2", "b"), ("3", "c")]
+    assert served == [None, "1"]
+
+
+def test_secrets_in_urls_and_headers_are_refused_before_anything_is_sent() -> None:
+    with pytest.raises(ValueError, match="must be percent-encoded") as caught:
+        SsePublisher("http://127.0.0.1:1/s?token=TOP SECRET")
+    assert "SECRET" not in str(caught.value)
+    with pytest.raises(ValueError, match="in Latin-1") as caught:
+        SsePublisher("http://127.0.0.1:1/s", headers={"Authorization": "Bearer s\u20accret"})
+    assert "cret" not in str(caught.value)

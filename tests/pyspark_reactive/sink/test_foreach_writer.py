@@ -185,3 +185,58 @@ def test_a_wait_for_demand_ends_when_the_executor_closes_the_task_socket() -> No
         executor_leaves.join()
         worker_end.close()
         executor_end.close()
+
+
+class _Confirmed(Subscriber[Any]):
+    """A subscriber with wait_done(), as the broker subscribers have: it requests 8 and
+    raises from on_next at ``bad`` (breaking §2.13), or refuses at ``refuse``."""
+
+    def __init__(self, bad: int | None = None, refuse: int | None = None) -> None:
+        self.bad, self.refuse = bad, refuse
+        self.done = threading.Event()
+        self.failure: BaseException | None = None
+        self.subscription: Any = None
+
+    def on_subscribe(self, subscription: Any) -> None:
+        self.subscription = subscription
+        subscription.request(8)
+
+    def on_next(self, element: Any) -> None:
+        if element == self.bad:
+            raise TypeError("cannot encode this row")
+        if element == self.refuse:
+            self.failure = RuntimeError("the broker refused a row")
+            self.subscription.cancel()
+            self.done.set()
+
+    def on_error(self, error: BaseException) -> None:
+        self.done.set()
+
+    def on_complete(self) -> None:
+        self.done.set()
+
+    def wait_done(self) -> None:
+        assert self.done.wait(5), "close() waited on a subscriber that got no terminal signal"
+        if self.failure is not None:
+            raise self.failure
+
+
+def _task(subscriber: _Confirmed) -> None:
+    writer = SubscriberForeachWriter(lambda partition, epoch: subscriber)
+    writer.open(0, 0)
+    for value in range(5):
+        writer.process(value)
+    writer.close(None)
+
+
+def test_close_raises_what_wait_done_raises_after_the_subscriber_cancelled() -> None:
+    # A refusal: the subscriber cancelled, the task's other rows were dropped, and the
+    # task fails so that Spark runs it again.
+    with pytest.raises(RuntimeError, match="refused a row"):
+        _task(_Confirmed(refuse=2))
+
+
+def test_close_does_not_wait_on_a_subscriber_that_broke_a_rule() -> None:
+    # §2.13: on_next raised; the writer treats it as cancelled and signals nothing more,
+    # so wait_done() would never return: close() leaves it.
+    _task(_Confirmed(bad=2))
