@@ -1,20 +1,16 @@
 """The NATS JetStream tests' fixtures: one nats-server with JetStream for the session
 (tests/peers/nats_server.py), a fresh stream per test, and the Spark helpers of
-tests/pyspark_reactive (the progress listener, query bookkeeping)."""
+tests/pyspark_reactive (the progress listener, query bookkeeping), which
+tests/brokers/conftest.py puts on the path."""
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import nats_server
 import pytest
-
-_SPARK_HELPERS = str(Path(__file__).parents[2] / "pyspark_reactive")
-if _SPARK_HELPERS not in sys.path:
-    sys.path.append(_SPARK_HELPERS)
 
 
 @pytest.fixture(scope="session")

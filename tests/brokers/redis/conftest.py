@@ -1,21 +1,15 @@
 """The Redis broker tests' fixtures: one redis-server (tests/peers/redis_server.py) for the
-whole module group, on 127.0.0.1 on a free port, ended by its pid; the connector's test
-helpers (``test_source``'s ``reactive``, ``streaming``'s ``ProgressWatch``) on the path."""
+whole module group, on 127.0.0.1 on a free port, ended by its pid (tests/brokers/conftest.py
+puts the connector's test helpers on the path)."""
 
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from connector_tests import FOLDERS  # tests/peers: on the path through tests/conftest.py
 from redis_server import RedisServer
-
-for folder in reversed(FOLDERS):
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
 
 
 @pytest.fixture(scope="session")
