@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from ..api import Publisher, Subscriber, Subscription
+from ..api import Publisher, Subscriber
 from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._extras import require
+from ._sessions import Counting, check_int, is_number
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MESSAGE_OVERHEAD_BYTES", "PROTOCOLS", "MqttError",
            "MqttMessage", "MqttPublisher", "SkipMessage", "check_topic_filter"]
@@ -318,7 +319,7 @@ class MqttPublisher(Publisher[T], Generic[T]):
         if not isinstance(host, str) or not host:
             raise ValueError(f"host {host!r}: a host name or address is needed")
         self.topic = check_topic_filter(topic)
-        _check_int("port", port, 1, 65535)
+        check_int("port", port, 1, 65535)
         if qos not in (0, 1) or isinstance(qos, bool):
             raise ValueError(f"qos {qos!r}: 0 or 1 is accepted (QoS 2 is not: paho keeps a "
                              f"QoS 2 message in memory between PUBREC and PUBREL, so a crash "
@@ -336,17 +337,17 @@ class MqttPublisher(Publisher[T], Generic[T]):
                              "session expiry: a broker keeps a session that is not clean "
                              "for as long as its own settings say)")
         expiry = (86400 if client_id else 0) if session_expiry is None else session_expiry
-        _check_int("session_expiry", expiry, 0, 0xFFFFFFFF)
-        _check_int("receive_maximum", receive_maximum, 1, 65535)
+        check_int("session_expiry", expiry, 0, 0xFFFFFFFF)
+        check_int("receive_maximum", receive_maximum, 1, 65535)
         buffered = receive_maximum if max_buffered is None else max_buffered
-        _check_int("max_buffered", buffered, 1, 2**63 - 1)
-        _check_int("max_message_bytes", max_message_bytes, _MIN_PACKET, _MQTT_MAX_PACKET)
+        check_int("max_buffered", buffered, 1, 2**63 - 1)
+        check_int("max_message_bytes", max_message_bytes, _MIN_PACKET, _MQTT_MAX_PACKET)
         if max_buffered_bytes is not None:
-            _check_int("max_buffered_bytes", max_buffered_bytes, 1, 2**63 - 1)
-        _check_int("keepalive", keepalive, 0, 65535)
-        if not (_is_number(linger) and linger >= 0):
+            check_int("max_buffered_bytes", max_buffered_bytes, 1, 2**63 - 1)
+        check_int("keepalive", keepalive, 0, 65535)
+        if not (is_number(linger) and linger >= 0):
             raise ValueError(f"linger {linger!r}: a number of seconds >= 0 is needed")
-        if not (_is_number(connect_timeout) and connect_timeout > 0):
+        if not (is_number(connect_timeout) and connect_timeout > 0):
             raise ValueError(f"connect_timeout {connect_timeout!r}: a positive number of "
                              f"seconds is needed")
         if username is not None and not isinstance(username, str):
@@ -362,7 +363,7 @@ class MqttPublisher(Publisher[T], Generic[T]):
             raise ValueError(f"decode {decode!r}: a callable taking an MqttMessage, or None, "
                              f"is accepted")
         if max_messages is not None:
-            _check_int("max_messages", max_messages, 0, 2**63 - 1)
+            check_int("max_messages", max_messages, 0, 2**63 - 1)
         if acknowledge not in ("on_next", "on_durable"):
             raise ValueError(f"acknowledge {acknowledge!r}: 'on_next' or 'on_durable' is "
                              f"accepted")
@@ -426,7 +427,7 @@ class MqttPublisher(Publisher[T], Generic[T]):
         require_not_none(subscriber, "the subscriber", "§1.9")
         session: _Session[T] = _Session(self)
         self._latest = session
-        emitter: Emitter[T] = Emitter(_Counting(subscriber, session), session,
+        emitter: Emitter[T] = Emitter(Counting(subscriber, session), session,
                                       self._runner.acquire())
         session.start(emitter)
 
@@ -443,40 +444,6 @@ class MqttPublisher(Publisher[T], Generic[T]):
         session = self._latest
         if session is not None and self.acknowledge == "on_durable":
             session.durable(count)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{name} {value!r}: an integer from {low} to {high} is accepted")
-
-
-class _Counting(Subscriber[T], Generic[T]):
-    """The subscriber as the emitter sees it: tells the session each element it took."""
-
-    def __init__(self, subscriber: Subscriber[T], session: _Session[T]) -> None:
-        self._subscriber = subscriber
-        self._session = session
-
-    def __repr__(self) -> str:
-        return repr(self._subscriber)
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self._subscriber.on_subscribe(subscription)
-
-    def on_next(self, element: T) -> None:
-        self._subscriber.on_next(element)
-        # Only now: a message whose on_next raised (or never ran) is not acknowledged.
-        self._session.signalled()
-
-    def on_error(self, error: BaseException) -> None:
-        self._subscriber.on_error(error)
-
-    def on_complete(self) -> None:
-        self._subscriber.on_complete()
 
 
 class _Session(Source[T], Generic[T]):

@@ -30,6 +30,7 @@ from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._confirming import BrokerRefused, ConfirmingSubscriber
 from ._extras import require
+from ._sessions import Counting, check_int, is_number
 from .urls import redact_url
 
 __all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_MESSAGE_BYTES", "JetStreamError",
@@ -273,18 +274,18 @@ class JetStreamPublisher(Publisher[T], Generic[T]):
                              f"{', '.join(_DELIVER_POLICIES)} is accepted")
         for name, number in (("ack_wait", ack_wait), ("fetch_timeout", fetch_timeout),
                              ("connect_timeout", connect_timeout)):
-            if not (_is_number(number) and number > 0):
+            if not (is_number(number) and number > 0):
                 raise ValueError(f"{name} {number!r}: a positive number of seconds is needed")
-        if not (_is_number(linger) and linger >= 0):
+        if not (is_number(linger) and linger >= 0):
             raise ValueError(f"linger {linger!r}: a number of seconds >= 0 is needed")
-        _check_int("max_batch", max_batch, 1, 1_000_000)
-        _check_int("max_message_bytes", max_message_bytes, 1, 2**31)
+        check_int("max_batch", max_batch, 1, 1_000_000)
+        check_int("max_message_bytes", max_message_bytes, 1, 2**31)
         if max_ack_pending is not None:
-            _check_int("max_ack_pending", max_ack_pending, 1, 2**31)
+            check_int("max_ack_pending", max_ack_pending, 1, 2**31)
         if max_buffered_bytes is not None:
-            _check_int("max_buffered_bytes", max_buffered_bytes, 1, 2**62)
+            check_int("max_buffered_bytes", max_buffered_bytes, 1, 2**62)
         if max_messages is not None:
-            _check_int("max_messages", max_messages, 0, 2**63 - 1)
+            check_int("max_messages", max_messages, 0, 2**63 - 1)
         for name, secret in (("username", username), ("password", password),
                              ("token", token), ("credentials_file", credentials_file)):
             if secret is not None and not isinstance(secret, str):
@@ -384,15 +385,6 @@ class JetStreamPublisher(Publisher[T], Generic[T]):
         return not session.thread.is_alive()
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{name} {value!r}: an integer from {low} to {high} is accepted")
-
-
 class _Tap(Subscription):
     """The emitter as the subscriber sees it: counts what is requested, for the pulls."""
 
@@ -409,29 +401,16 @@ class _Tap(Subscription):
         self._subscription.cancel()
 
 
-class _Counting(Subscriber[T], Generic[T]):
+class _Counting(Counting[T], Generic[T]):
     """The subscriber as the emitter sees it: tells the session each element it took and
     each request it made."""
 
     def __init__(self, subscriber: Subscriber[T], session: _Session[T]) -> None:
-        self._subscriber = subscriber
-        self._session = session
-
-    def __repr__(self) -> str:
-        return repr(self._subscriber)
+        super().__init__(subscriber, session)
+        self._tapped = session
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        self._subscriber.on_subscribe(_Tap(subscription, self._session))
-
-    def on_next(self, element: T) -> None:
-        self._subscriber.on_next(element)
-        self._session.signalled()  # only now: a message whose on_next raised stays unacked
-
-    def on_error(self, error: BaseException) -> None:
-        self._subscriber.on_error(error)
-
-    def on_complete(self) -> None:
-        self._subscriber.on_complete()
+        self._subscriber.on_subscribe(_Tap(subscription, self._tapped))
 
 
 @dataclass(slots=True)
@@ -1097,7 +1076,7 @@ class JetStreamSubscriber(ConfirmingSubscriber[T], Generic[T]):
             raise ValueError(f"encode {encode!r}: a callable or None is accepted")
         for name, number in (("connect_timeout", connect_timeout),
                              ("ack_timeout", ack_timeout)):
-            if not (_is_number(number) and number > 0):
+            if not (is_number(number) and number > 0):
                 raise ValueError(f"{name} {number!r}: a positive number of seconds is needed")
         if password is not None and username is None:
             raise ValueError("password: accepted only with a username")

@@ -23,12 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from ..api import Publisher, Subscriber, Subscription
+from ..api import Publisher, Subscriber
 from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._confirming import BrokerRefused, ConfirmingSubscriber
 from ._extras import require
+from ._sessions import Counting, check_int, is_number
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ITEM_OVERHEAD_BYTES", "RedisEntry", "RedisError",
            "RedisStreamPublisher", "RedisStreamSubscriber", "SkipEntry", "entry_bytes",
@@ -286,8 +287,8 @@ class RedisStreamPublisher(Publisher[T], Generic[T]):
             tls = tls or u_tls
         if not isinstance(host, str) or not host:
             raise ValueError(f"host {host!r}: a host name or address is needed")
-        _check_int("port", port, 1, 65535)
-        _check_int("db", db, 0, 2**31 - 1)
+        check_int("port", port, 1, 65535)
+        check_int("db", db, 0, 2**31 - 1)
         if username is not None and not isinstance(username, str):
             raise ValueError(f"username {username!r}: a string or None is accepted")
         if password is not None and not isinstance(password, str):
@@ -303,15 +304,15 @@ class RedisStreamPublisher(Publisher[T], Generic[T]):
             raise ValueError(f"start_id {start_id!r}: '$', '0' or an entry ID such as "
                              f"'1700000000000-0' is accepted")
         if claim_idle_ms is not None:
-            _check_int("claim_idle_ms", claim_idle_ms, 1, _LONG_MAX)
-        _check_int("max_buffered", max_buffered, 1, 1_000_000)
-        _check_int("max_message_bytes", max_message_bytes, 1024, 2**31 - 1)
-        _check_int("block_ms", block_ms, 1, 600_000)
-        if not (_is_number(connect_timeout) and connect_timeout > 0):
+            check_int("claim_idle_ms", claim_idle_ms, 1, _LONG_MAX)
+        check_int("max_buffered", max_buffered, 1, 1_000_000)
+        check_int("max_message_bytes", max_message_bytes, 1024, 2**31 - 1)
+        check_int("block_ms", block_ms, 1, 600_000)
+        if not (is_number(connect_timeout) and connect_timeout > 0):
             raise ValueError(f"connect_timeout {connect_timeout!r}: a positive number of "
                              f"seconds is needed")
         if max_messages is not None:
-            _check_int("max_messages", max_messages, 0, _LONG_MAX)
+            check_int("max_messages", max_messages, 0, _LONG_MAX)
         if acknowledge not in ("on_next", "on_durable"):
             raise ValueError(f"acknowledge {acknowledge!r}: 'on_next' or 'on_durable' is "
                              f"accepted")
@@ -354,7 +355,7 @@ class RedisStreamPublisher(Publisher[T], Generic[T]):
         require_not_none(subscriber, "the subscriber", "§1.9")
         session: _Session[T] = _Session(self)
         self._latest = session
-        emitter: Emitter[T] = Emitter(_Counting(subscriber, session), session,
+        emitter: Emitter[T] = Emitter(Counting(subscriber, session), session,
                                       self._runner.acquire())
         session.start(emitter)
 
@@ -397,40 +398,6 @@ def _is_start_id(value: object) -> bool:
         return False
     ms, _, seq = value.partition("-")
     return ms.isdigit() and (seq == "" or seq.isdigit())
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{name} {value!r}: an integer from {low} to {high} is accepted")
-
-
-class _Counting(Subscriber[T], Generic[T]):
-    """The subscriber as the emitter sees it: tells the session each element it took."""
-
-    def __init__(self, subscriber: Subscriber[T], session: _Session[T]) -> None:
-        self._subscriber = subscriber
-        self._session = session
-
-    def __repr__(self) -> str:
-        return repr(self._subscriber)
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self._subscriber.on_subscribe(subscription)
-
-    def on_next(self, element: T) -> None:
-        self._subscriber.on_next(element)
-        # Only now: an entry whose on_next raised (or never ran) is not acknowledged.
-        self._session.signalled()
-
-    def on_error(self, error: BaseException) -> None:
-        self._subscriber.on_error(error)
-
-    def on_complete(self) -> None:
-        self._subscriber.on_complete()
 
 
 class _TooLarge(Exception):
@@ -1021,9 +988,9 @@ class RedisStreamSubscriber(ConfirmingSubscriber[T], Generic[T]):
                              f"or None, is accepted")
         if not isinstance(field, str) or not field:
             raise ValueError(f"field {field!r}: a non-empty string is needed")
-        _check_int("dedup_ttl", dedup_ttl, 1, 2**31 - 1)
+        check_int("dedup_ttl", dedup_ttl, 1, 2**31 - 1)
         if maxlen is not None:
-            _check_int("maxlen", maxlen, 1, _LONG_MAX)
+            check_int("maxlen", maxlen, 1, _LONG_MAX)
         self.stream, self.field = stream, field
         self.encode = encode
         self.dedup_ttl, self.maxlen = dedup_ttl, maxlen
