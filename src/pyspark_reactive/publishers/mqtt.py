@@ -10,7 +10,6 @@ import datetime
 import functools
 import json
 import logging
-import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ from ..source.options import (
 )
 from ..source.rows import Undecodable
 from ..source.shards import sharded
+from ._common import BOOLEAN, CA_CERTS, json_needs_schema, read_bool, read_tls
 from .columns import json_columns, keep_columns
 
 __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "DEFAULT_RECEIVE_MAXIMUM", "MESSAGE_SCHEMA",
@@ -55,12 +55,11 @@ DEFAULT_SHARD_SESSION_EXPIRY_S = 86400
 MESSAGE_SCHEMA = "topic STRING, payload BINARY, qos INT, retain BOOLEAN, timestamp TIMESTAMP"
 FORMATS = ("message", "json")
 BAD_PAYLOADS = ("fail", "skip")
-_BOOLEANS = {"true": True, "false": False}
-_BOOLEAN = "true or false"
+_BOOLEAN = BOOLEAN
 _HOST = "the broker's host name or address"
 _TOPIC = "a topic filter such as sensors/+/temperature or sensors/#"
 _PASSWORD = "a value only with username"
-_CA_CERTS = "a readable PEM file of certificate authorities"
+_CA_CERTS = CA_CERTS
 # A password file holds a line: a larger one is a wrong path.
 _PASSWORD_FILE_BYTES = 1 << 12
 
@@ -242,7 +241,7 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
     port = specs.read(lower, "port")
     qos = specs.read(lower, "qos")
     client_id = specs.given(lower, "clientId") or ""
-    clean_start = _bool(lower, "cleanStart")
+    clean_start = read_bool(OPTION_SPECS, lower, "cleanStart")
     if clean_start is False and not client_id:
         raise OptionError("cleanStart", specs.given(lower, "cleanStart"),
                           "true, or set clientId: a session can only be resumed by its "
@@ -307,7 +306,7 @@ accepted: a topic filter such as sensors/+/temperature or sensors/# (topic filte
     publisher = kind(
         host, topic, port=port, qos=qos, client_id=client_id,
         clean_start=clean_start, session_expiry=session_expiry,
-        username=username, password=password, tls=_tls(lower),
+        username=username, password=password, tls=read_tls(OPTION_SPECS, lower),
         receive_maximum=receive_maximum,
         # Beyond the source's demand (maxRecordsPerTrigger), hold at most one batch more;
         # a shard's task requests its share at once and leaves once it has it, so what it
@@ -411,20 +410,11 @@ def _check_window(options: Mapping[str, str], qos: int, given: int | None,
                       f"maxRecordsPerTrigger")
 
 
-def default_schema(options: Mapping[str, str]) -> str:
-    """The rows' schema when none is given: :data:`MESSAGE_SCHEMA`; ``format=json`` has
-    none (an :class:`OptionError` asks for one)."""
-    lower = {str(k).lower(): str(v) for k, v in options.items()}
-    if OPTION_SPECS.read(lower, "format") == "json":
-        raise OptionError("schema", None,
-                          "format=json parses each payload into the schema given, so give "
-                          "one: .schema('id BIGINT, value DOUBLE'); for the raw messages use "
-                          f"format=message ({MESSAGE_SCHEMA}); it is required with "
-                          "format=json")
-    return MESSAGE_SCHEMA
 
 
 mqtt_publisher = sharded(mqtt_publisher)
+default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each payload", "messages")
+
 mqtt_publisher.default_schema = default_schema  # type: ignore[attr-defined]
 mqtt_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 
@@ -494,26 +484,4 @@ def _topic(text: str | None) -> str:
         raise OptionError("topic", text, f"{_TOPIC} ({error})") from None
 
 
-def _bool(options: Mapping[str, str], name: str) -> bool | None:
-    text = OPTION_SPECS.given(options, name)
-    if text is None:
-        return None
-    value = _BOOLEANS.get(text.strip().lower())
-    if value is None:
-        raise OptionError(name, text, _BOOLEAN)
-    return value
-
-
-def _tls(options: Mapping[str, str]) -> bool | ssl.SSLContext:
-    tls = _bool(options, "tls")
-    ca_certs = OPTION_SPECS.given(options, "caCerts")
-    if ca_certs is None:
-        return bool(tls)
-    if tls is False:
-        raise OptionError("caCerts", ca_certs, "no value with tls=false (caCerts implies TLS)")
-    try:
-        return ssl.create_default_context(cafile=ca_certs)
-    except (OSError, ssl.SSLError) as error:
-        raise OptionError("caCerts", ca_certs,
-                          f"{_CA_CERTS} ({error})") from None
 

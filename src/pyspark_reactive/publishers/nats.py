@@ -11,7 +11,6 @@ import functools
 import json
 import logging
 import os
-import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +35,7 @@ from ..source.options import (
 )
 from ..source.rows import Undecodable
 from ..source.shards import sharded
+from ._common import BOOLEAN, CA_CERTS, json_needs_schema, read_bool, read_tls
 from .columns import json_columns, keep_columns
 
 __all__ = ["MESSAGE_SCHEMA", "OPTION_SPECS", "nats_publisher"]
@@ -50,11 +50,10 @@ DEFAULT_MAX_BUFFERED_BYTES = 64 * 2**20
 FORMATS = ("message", "json")
 BAD_PAYLOADS = ("fail", "skip")
 DELIVER_POLICIES = ("all", "new", "last", "last_per_subject")
-_BOOLEANS = {"true": True, "false": False}
-_BOOLEAN = "true or false"
+_BOOLEAN = BOOLEAN
 _MAX_SECRET_BYTES = 64 * 1024
 _NAME = "a name without spaces, '.', '*' or '>'"
-_CA_CERTS = "a readable PEM file of certificate authorities"
+_CA_CERTS = CA_CERTS
 
 #: Every option the built-in ``nats`` reads (besides the source's ``maxRecordsPerTrigger``
 #: and ``walLocation``), in the order the reference shows them.
@@ -187,7 +186,7 @@ comma-separated (url 'http://127.0.0.1': nats://host:port or tls://host:port is 
     urls = _urls(specs.given(lower, "url"))
     stream = _name(lower, "stream")
     consumer = _name(lower, "consumer")
-    create = _bool(lower, "createConsumer") or False
+    create = read_bool(OPTION_SPECS, lower, "createConsumer") or False
     subject = specs.given(lower, "subject")
     if subject is not None and (not subject.strip() or " " in subject.strip()):
         raise OptionError("subject", subject, "a subject (wildcards * and >)")
@@ -222,7 +221,7 @@ comma-separated (url 'http://127.0.0.1': nats://host:port or tls://host:port is 
         deliver_policy=specs.read(lower, "deliverPolicy"),
         ack_wait=specs.read(lower, "ackWaitMs") / 1000, max_ack_pending=max_ack_pending,
         username=username, password=password, token=token, credentials_file=credentials,
-        tls=_tls(lower), max_batch=max_batch,
+        tls=read_tls(OPTION_SPECS, lower), max_batch=max_batch,
         fetch_timeout=specs.read(lower, "fetchTimeoutMs") / 1000,
         max_message_bytes=specs.read(lower, "maxMessageBytes"),
         max_buffered_bytes=specs.read(lower, "maxBufferedBytes"),
@@ -233,20 +232,11 @@ comma-separated (url 'http://127.0.0.1': nats://host:port or tls://host:port is 
         **({"linger": 0.0} if shard is not None else {}))
 
 
-def default_schema(options: Mapping[str, str]) -> str:
-    """The rows' schema when none is given: :data:`MESSAGE_SCHEMA`; ``format=json`` has
-    none (an :class:`OptionError` asks for one)."""
-    lower = {str(k).lower(): str(v) for k, v in options.items()}
-    if OPTION_SPECS.read(lower, "format") == "json":
-        raise OptionError("schema", None,
-                          "format=json parses each message into the schema given, so give "
-                          "one: .schema('id BIGINT, value DOUBLE'); for the raw messages use "
-                          f"format=message ({MESSAGE_SCHEMA}); it is required with "
-                          "format=json")
-    return MESSAGE_SCHEMA
 
 
 nats_publisher = sharded(nats_publisher)
+default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each message", "messages")
+
 nats_publisher.default_schema = default_schema  # type: ignore[attr-defined]
 nats_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 
@@ -433,24 +423,4 @@ def _credentials(options: Mapping[str, str]
     return username, password, token, credentials
 
 
-def _bool(options: Mapping[str, str], name: str) -> bool | None:
-    text = OPTION_SPECS.given(options, name)
-    if text is None:
-        return None
-    value = _BOOLEANS.get(text.strip().lower())
-    if value is None:
-        raise OptionError(name, text, _BOOLEAN)
-    return value
 
-
-def _tls(options: Mapping[str, str]) -> bool | ssl.SSLContext:
-    tls = _bool(options, "tls")
-    ca_certs = OPTION_SPECS.given(options, "caCerts")
-    if ca_certs is None:
-        return bool(tls)
-    if tls is False:
-        raise OptionError("caCerts", ca_certs, "no value with tls=false (caCerts implies TLS)")
-    try:
-        return ssl.create_default_context(cafile=ca_certs)
-    except (OSError, ssl.SSLError) as error:
-        raise OptionError("caCerts", ca_certs, f"{_CA_CERTS} ({error})") from None

@@ -36,6 +36,7 @@ from ..source.options import (
 )
 from ..source.rows import Undecodable
 from ..source.shards import sharded
+from ._common import BOOLEAN, CA_CERTS, json_needs_schema, read_bool
 from .columns import json_columns, keep_columns
 
 __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "MESSAGE_SCHEMA", "OPTION_SPECS",
@@ -53,9 +54,8 @@ BAD_PAYLOADS = ("fail", "skip")
 #: How often, at most, a shard reads the other shards' logs for a redelivered message it
 #: does not find there (another shard may have kept it since).
 PEER_REFRESH_S = 0.5
-_BOOLEANS = {"true": True, "false": False}
-_BOOLEAN = "true or false"
-_CA_CERTS = "a readable PEM file of certificate authorities"
+_BOOLEAN = BOOLEAN
+_CA_CERTS = CA_CERTS
 _URL = "amqp://[user[:password]@]host[:port][/vhost] or amqps://..."
 
 #: Every option the built-in ``rabbitmq`` reads (besides the source's
@@ -237,20 +237,11 @@ or amqps://... (url 'http://spark:***@x/': amqp://... or amqps://... is accepted
     return publisher
 
 
-def default_schema(options: Mapping[str, str]) -> str:
-    """The rows' schema when none is given: :data:`MESSAGE_SCHEMA`; ``format=json`` has
-    none (an :class:`OptionError` asks for one)."""
-    lower = {str(k).lower(): str(v) for k, v in options.items()}
-    if OPTION_SPECS.read(lower, "format") == "json":
-        raise OptionError("schema", None,
-                          "format=json parses each body into the schema given, so give "
-                          "one: .schema('id BIGINT, value DOUBLE'); for the raw messages use "
-                          f"format=message ({MESSAGE_SCHEMA}); it is required with "
-                          "format=json")
-    return MESSAGE_SCHEMA
 
 
 rabbitmq_publisher = sharded(rabbitmq_publisher)
+default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each body", "messages")
+
 rabbitmq_publisher.default_schema = default_schema  # type: ignore[attr-defined]
 rabbitmq_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 
@@ -299,18 +290,10 @@ def _read_password(path: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
-def _bool(options: Mapping[str, str], name: str) -> bool | None:
-    text = OPTION_SPECS.given(options, name)
-    if text is None:
-        return None
-    value = _BOOLEANS.get(text.strip().lower())
-    if value is None:
-        raise OptionError(name, text, _BOOLEAN)
-    return value
 
 
 def _tls(options: Mapping[str, str], url_tls: bool) -> bool | ssl.SSLContext:
-    tls = _bool(options, "tls")
+    tls = read_bool(OPTION_SPECS, options, "tls")
     ca_certs = OPTION_SPECS.given(options, "caCerts")
     if tls is False and url_tls:
         raise OptionError("tls", OPTION_SPECS.given(options, "tls"),

@@ -29,6 +29,7 @@ from ..source.options import (
 )
 from ..source.rows import Undecodable
 from ..source.shards import sharded
+from ._common import BOOLEAN, CA_CERTS, json_needs_schema, read_bool
 from .columns import json_columns, keep_columns
 
 __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "DEFAULT_MAX_MESSAGE_BYTES", "MESSAGE_SCHEMA",
@@ -47,10 +48,9 @@ DEFAULT_MAX_BUFFERED_BYTES = 64 * 2**20
 MAX_PASSWORD_BYTES = 4096
 FORMATS = ("message", "json")
 BAD_PAYLOADS = ("fail", "skip")
-_BOOLEANS = {"true": True, "false": False}
-_BOOLEAN = "true or false"
+_BOOLEAN = BOOLEAN
 _URL = "redis://host[:port][/db] or rediss://host[:port][/db] (TLS), without a password"
-_CA_CERTS = "a readable PEM file of certificate authorities"
+_CA_CERTS = CA_CERTS
 _NAME = "a non-empty name"
 
 OPTION_SPECS = OptionSpecs([
@@ -221,7 +221,7 @@ is accepted, not the scheme 'http')
     url = specs.given(lower, "url")
     host = (specs.given(lower, "host") or "127.0.0.1").strip()
     port, db = specs.read(lower, "port"), specs.read(lower, "db")
-    tls = bool(_bool(lower, "tls"))
+    tls = bool(read_bool(OPTION_SPECS, lower, "tls"))
     if url is not None:
         for other in ("host", "port", "db"):
             if specs.given(lower, other) is not None:
@@ -235,7 +235,7 @@ is accepted, not the scheme 'http')
         if url_password is not None:
             raise OptionError("url", url, f"{_URL}: give the password in passwordFile "
                                           "(the options are shown in Spark's plan)")
-        if url_tls and _bool(lower, "tls") is False:
+        if url_tls and read_bool(OPTION_SPECS, lower, "tls") is False:
             raise OptionError("tls", "false", "true or nothing with a rediss:// url")
         tls = tls or url_tls
     else:
@@ -252,7 +252,7 @@ is accepted, not the scheme 'http')
                               "nothing")
     ca_certs = specs.given(lower, "caCerts")
     if ca_certs is not None:
-        if _bool(lower, "tls") is False:
+        if read_bool(OPTION_SPECS, lower, "tls") is False:
             raise OptionError("caCerts", ca_certs, "no value with tls=false (caCerts "
                                                    "implies TLS)")
         try:
@@ -260,7 +260,7 @@ is accepted, not the scheme 'http')
                 pass
         except OSError as error:
             raise OptionError("caCerts", ca_certs, f"{_CA_CERTS} ({error.strerror})") from None
-    create_group = bool(_bool(lower, "createGroup"))
+    create_group = bool(read_bool(OPTION_SPECS, lower, "createGroup"))
     start_id = (specs.given(lower, "startId") or "$").strip()
     claim_idle_ms = specs.read(lower, "claimIdleMs")
     format = specs.read(lower, "format")
@@ -313,30 +313,11 @@ def _name(options: Mapping[str, str], name: str, default: str | None = None) -> 
     return value
 
 
-def _bool(options: Mapping[str, str], name: str) -> bool | None:
-    text = OPTION_SPECS.given(options, name)
-    if text is None:
-        return None
-    value = _BOOLEANS.get(text.strip().lower())
-    if value is None:
-        raise OptionError(name, text, _BOOLEAN)
-    return value
-
-
-def default_schema(options: Mapping[str, str]) -> str:
-    """The rows' schema when none is given: :data:`MESSAGE_SCHEMA`; ``format=json`` has
-    none (an :class:`OptionError` asks for one)."""
-    lower = {str(k).lower(): str(v) for k, v in options.items()}
-    if OPTION_SPECS.read(lower, "format") == "json":
-        raise OptionError("schema", None,
-                          "format=json parses each entry's field into the schema given, so "
-                          "give one: .schema('id BIGINT, value DOUBLE'); for the raw entries "
-                          f"use format=message ({MESSAGE_SCHEMA}); it is required with "
-                          "format=json")
-    return MESSAGE_SCHEMA
 
 
 redis_publisher = sharded(redis_publisher)
+default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each entry's field", "entries")
+
 redis_publisher.default_schema = default_schema  # type: ignore[attr-defined]
 redis_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
 

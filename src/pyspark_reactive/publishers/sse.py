@@ -31,6 +31,7 @@ from ..source.options import (
     OptionSpecs,
 )
 from ..source.rows import Undecodable
+from ._common import json_needs_schema
 from .columns import json_columns, keep_columns
 from .websocket import _headers as read_headers
 
@@ -170,18 +171,10 @@ url='ws://example.com/feed' is not accepted: an http:// or https:// URL of an ev
     return publisher
 
 
-def default_schema(options: Mapping[str, str]) -> str:
-    """The rows' schema when none is given: :data:`EVENT_SCHEMA`; ``format=json`` has
-    none (an :class:`OptionError` asks for one)."""
-    lower = {str(k).lower(): str(v) for k, v in options.items()}
-    if OPTION_SPECS.read(lower, "format") == "json":
-        raise OptionError("schema", None,
-                          "format=json parses each event's data into the schema given, so "
-                          "give one: .schema('id BIGINT, value DOUBLE'); for the raw events "
-                          f"use format=event ({EVENT_SCHEMA}); it is required with "
-                          "format=json")
-    return EVENT_SCHEMA
 
+
+default_schema = json_needs_schema(OPTION_SPECS, EVENT_SCHEMA, "each event's data", "events",
+                                   raw_format="event")
 
 sse_publisher.default_schema = default_schema  # type: ignore[attr-defined]
 sse_publisher.option_specs = OPTION_SPECS  # type: ignore[attr-defined]
