@@ -412,9 +412,13 @@ class _Confirms:
         self.singles: set[int] = set()
         self.nacked = 0
         selected = []
-        impl.confirm_delivery(self._on_confirm, callback=lambda frame: selected.append(1))
+        def on_selected(frame: Any) -> None:
+            selected.append(1)
+            connection.add_callback_threadsafe(lambda: None)  # ends the wait below
+
+        impl.confirm_delivery(self._on_confirm, callback=on_selected)
         while not selected:
-            connection.process_data_events(0.1)
+            connection.process_data_events(1.0)
 
     def _on_confirm(self, frame: Any) -> None:
         method = frame.method
@@ -427,6 +431,9 @@ class _Confirms:
         while self.low + 1 in self.singles:
             self.low += 1
             self.singles.discard(self.low)
+        if self.low >= self.published:
+            # A confirm does not end process_data_events' wait; a callback does.
+            self.connection.add_callback_threadsafe(lambda: None)
 
     def wait(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -434,7 +441,7 @@ class _Confirms:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.low} of {self.published} publishes confirmed in "
                                    f"{timeout} s")
-            self.connection.process_data_events(0.1)
+            self.connection.process_data_events(1.0)
         if self.nacked:
             raise RuntimeError(f"the broker refused {self.nacked} publishes (basic.nack)")
 

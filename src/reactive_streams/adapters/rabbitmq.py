@@ -23,12 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from ..api import Publisher, Subscriber, Subscription
+from ..api import Publisher, Subscriber
 from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
 from ._confirming import BrokerRefused, ConfirmingSubscriber
 from ._extras import require
+from ._sessions import Counting, check_int, is_number
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MAX_PREFETCH", "MESSAGE_OVERHEAD_BYTES",
            "RabbitMQError", "RabbitMQMessage", "RabbitMQPublisher", "RabbitMQSubscriber",
@@ -326,7 +327,7 @@ class RabbitMQPublisher(Publisher[T], Generic[T]):
             raise ValueError(f"tls {tls!r}: True, False or an ssl.SSLContext is accepted")
         if port is None:
             port = u_port if u_port is not None else (_AMQPS_PORT if tls else _AMQP_PORT)
-        _check_int("port", port, 1, 65535)
+        check_int("port", port, 1, 65535)
         vhost = u_vhost if vhost is None else vhost
         if not isinstance(vhost, str) or not vhost:
             raise ValueError(f"vhost {vhost!r}: a virtual host name is needed ('/' is the "
@@ -340,23 +341,23 @@ class RabbitMQPublisher(Publisher[T], Generic[T]):
                              f"{type(password).__name__}")
         if password is not None and username is None:
             raise ValueError("password: accepted only with a username")
-        _check_int("prefetch", prefetch, 1, MAX_PREFETCH)
-        _check_int("max_message_bytes", max_message_bytes, 1, 2**31 - 1)
+        check_int("prefetch", prefetch, 1, MAX_PREFETCH)
+        check_int("max_message_bytes", max_message_bytes, 1, 2**31 - 1)
         if max_buffered_bytes is not None:
-            _check_int("max_buffered_bytes", max_buffered_bytes, 1, 2**63 - 1)
-        if not (_is_number(connect_timeout) and connect_timeout > 0):
+            check_int("max_buffered_bytes", max_buffered_bytes, 1, 2**63 - 1)
+        if not (is_number(connect_timeout) and connect_timeout > 0):
             raise ValueError(f"connect_timeout {connect_timeout!r}: a positive number of "
                              f"seconds is needed")
-        _check_int("heartbeat", heartbeat, 0, 65535)
+        check_int("heartbeat", heartbeat, 0, 65535)
         if max_messages is not None:
-            _check_int("max_messages", max_messages, 0, 2**63 - 1)
+            check_int("max_messages", max_messages, 0, 2**63 - 1)
         if acknowledge not in ("on_next", "on_durable"):
             raise ValueError(f"acknowledge {acknowledge!r}: 'on_next' or 'on_durable' is "
                              f"accepted")
         if decode is not None and not callable(decode):
             raise ValueError(f"decode {decode!r}: a callable taking a RabbitMQMessage, or "
                              f"None, is accepted")
-        if not (_is_number(linger) and linger >= 0):
+        if not (is_number(linger) and linger >= 0):
             raise ValueError(f"linger {linger!r}: a number of seconds >= 0 is needed")
         if consumer_tag is not None and (not isinstance(consumer_tag, str) or not consumer_tag):
             raise ValueError(f"consumer_tag {consumer_tag!r}: a non-empty string or None")
@@ -417,7 +418,7 @@ class RabbitMQPublisher(Publisher[T], Generic[T]):
         require_not_none(subscriber, "the subscriber", "§1.9")
         session: _Session[T] = _Session(self)
         self._latest = session
-        emitter: Emitter[T] = Emitter(_Counting(subscriber, session), session,
+        emitter: Emitter[T] = Emitter(Counting(subscriber, session), session,
                                       self._runner.acquire())
         session.start(emitter)
 
@@ -448,40 +449,6 @@ class RabbitMQPublisher(Publisher[T], Generic[T]):
         within 2 s)."""
         session = self._latest
         return None if session is None else session.pending()
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{name} {value!r}: an integer from {low} to {high} is accepted")
-
-
-class _Counting(Subscriber[T], Generic[T]):
-    """The subscriber as the emitter sees it: tells the session each element it took."""
-
-    def __init__(self, subscriber: Subscriber[T], session: _Session[T]) -> None:
-        self._subscriber = subscriber
-        self._session = session
-
-    def __repr__(self) -> str:
-        return repr(self._subscriber)
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        self._subscriber.on_subscribe(subscription)
-
-    def on_next(self, element: T) -> None:
-        self._subscriber.on_next(element)
-        # Only now: a message whose on_next raised (or never ran) is not acknowledged.
-        self._session.signalled()
-
-    def on_error(self, error: BaseException) -> None:
-        self._subscriber.on_error(error)
-
-    def on_complete(self) -> None:
-        self._subscriber.on_complete()
 
 
 class _Session(Source[T], Generic[T]):
@@ -1026,9 +993,13 @@ class RabbitMQSubscriber(ConfirmingSubscriber[T], Generic[T]):
         impl = channel._impl  # confirms counted as they come, not one round trip each
         selected = threading.Event()
         impl.add_on_return_callback(self._on_return)
-        impl.confirm_delivery(self._on_confirm, callback=lambda frame: selected.set())
+        def on_selected(frame: Any) -> None:
+            selected.set()
+            self._connection.add_callback_threadsafe(_nothing)  # ends the wait below
+
+        impl.confirm_delivery(self._on_confirm, callback=on_selected)
         while not selected.is_set():
-            self._connection.process_data_events(0.1)
+            self._connection.process_data_events(_TICK)
         self._channel = channel
 
     def _on_confirm(self, frame: Any) -> None:
@@ -1043,11 +1014,21 @@ class RabbitMQSubscriber(ConfirmingSubscriber[T], Generic[T]):
         while self._confirmed_upto + 1 in self._singles:
             self._confirmed_upto += 1
             self._singles.discard(self._confirmed_upto)
+        if self._confirmed_upto >= self._sent or self._refused:
+            self._end_wait()
 
     def _on_return(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
         self._refused.append(f"the broker returned message_id {properties.message_id!r}: "
                              f"{method.reply_code} {method.reply_text} (exchange "
                              f"{method.exchange!r}, routing key {method.routing_key!r})")
+        self._end_wait()
+
+    def _end_wait(self) -> None:
+        """Called by pika on the connection's thread: a confirm or a return is not an event
+        that ends ``process_data_events``' wait, a callback is."""
+        connection = self._connection
+        if connection is not None:
+            connection.add_callback_threadsafe(_nothing)
 
     def _payload(self, element: T) -> tuple[bytes, str | None]:
         if self.encode is not None:
