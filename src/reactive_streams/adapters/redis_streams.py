@@ -400,7 +400,7 @@ def _is_start_id(value: object) -> bool:
     return ms.isdigit() and (seq == "" or seq.isdigit())
 
 
-class _TooLarge(Exception):
+class _TooLarge(ReactiveStreamsError):
     """Raised by the bounded parser to stop reading a reply (the connection is closed)."""
 
 

@@ -134,9 +134,9 @@ def test_defaults_of_the_new_options() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    pytest.param({}, "option publisher=None is not accepted: a built-in name (mqtt, range, "
-                 "rsocket, websocket) or an import path 'package.module:factory'; it is "
-                 "required", id="publisher-missing"),
+    pytest.param({}, "option publisher=None is not accepted: a built-in name (mqtt, nats, "
+                 "rabbitmq, range, redis, rsocket, sse, websocket) or an import path "
+                 "'package.module:factory'; it is required", id="publisher-missing"),
     pytest.param({"publisher": ""}, "publisher='' is not accepted: a built-in name",
                  id="publisher-empty"),
     pytest.param({"publisher": " \t"}, "publisher=' \\t' is not accepted", id="publisher-blank"),

@@ -263,7 +263,8 @@ def test_publisher_modules_setting_allows_only_listed_modules(
     assert "feeds_evil" not in sys.modules
     assert str(raised.value) == (
         "reactive source: option publisher='feeds_evil:make' is not accepted: a built-in "
-        "name (mqtt, range, rsocket, websocket) or an import path 'package.module:factory' "
+        "name (mqtt, nats, rabbitmq, range, redis, rsocket, sse, websocket) or an import "
+        "path 'package.module:factory' "
         f"from a module that {PUBLISHER_MODULES_ENV} allows (modules: feeds, other.pkg, "
         "with their submodules; built-in names are always allowed); 'feeds_evil' is not "
         "among them")
