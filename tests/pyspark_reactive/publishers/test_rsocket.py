@@ -246,7 +246,7 @@ def test_two_shards_each_resume_from_their_offset_and_every_row_arrives_once_acr
         before, restarted_at = kept(), len(requests)
         second = start_query()
         watch.wait_for(second, lambda: watch.rows(first) + watch.rows(second) >= SHARDED_ROWS,
-                       timeout=60, what=f"the feed's {SHARDED_ROWS} rows")
+                       timeout=180, what=f"the feed's {SHARDED_ROWS} rows")
         second.stop()
     assert sorted(kept()) == list(range(SHARDED_ROWS))
     assert {count for _, count, _ in requests} == {2}
