@@ -410,8 +410,6 @@ def _check_window(options: Mapping[str, str], qos: int, given: int | None,
                       f"maxRecordsPerTrigger")
 
 
-
-
 mqtt_publisher = sharded(mqtt_publisher)
 default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each payload", "messages")
 
@@ -482,6 +480,3 @@ def _topic(text: str | None) -> str:
         return check_topic_filter(text)
     except ValueError as error:
         raise OptionError("topic", text, f"{_TOPIC} ({error})") from None
-
-
-

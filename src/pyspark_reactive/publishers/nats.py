@@ -232,8 +232,6 @@ comma-separated (url 'http://127.0.0.1': nats://host:port or tls://host:port is 
         **({"linger": 0.0} if shard is not None else {}))
 
 
-
-
 nats_publisher = sharded(nats_publisher)
 default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each message", "messages")
 
@@ -421,6 +419,3 @@ def _credentials(options: Mapping[str, str]
         read_option_file("credentialsFile", credentials, "a user JWT and NKey seed",
                          _MAX_SECRET_BYTES)  # checked now: readable, absolute, small
     return username, password, token, credentials
-
-
-

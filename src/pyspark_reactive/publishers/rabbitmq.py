@@ -237,8 +237,6 @@ or amqps://... (url 'http://spark:***@x/': amqp://... or amqps://... is accepted
     return publisher
 
 
-
-
 rabbitmq_publisher = sharded(rabbitmq_publisher)
 default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each body", "messages")
 
@@ -288,8 +286,6 @@ def _read_password(path: str) -> str:
                           f"({type(error).__name__}: {getattr(error, 'strerror', '')})"
                           ) from None
     return text[:-1] if text.endswith("\n") else text
-
-
 
 
 def _tls(options: Mapping[str, str], url_tls: bool) -> bool | ssl.SSLContext:

@@ -313,8 +313,6 @@ def _name(options: Mapping[str, str], name: str, default: str | None = None) -> 
     return value
 
 
-
-
 redis_publisher = sharded(redis_publisher)
 default_schema = json_needs_schema(OPTION_SPECS, MESSAGE_SCHEMA, "each entry's field", "entries")
 

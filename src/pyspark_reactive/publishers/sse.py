@@ -171,8 +171,6 @@ url='ws://example.com/feed' is not accepted: an http:// or https:// URL of an ev
     return publisher
 
 
-
-
 default_schema = json_needs_schema(OPTION_SPECS, EVENT_SCHEMA, "each event's data", "events",
                                    raw_format="event")
 

@@ -14,13 +14,14 @@ source calls it for the last element of each group commit and keeps the key in t
 
 **Acknowledging.** Give the publisher a method ``on_durable(count: int) -> None``. The
 source calls it serially, from its log's thread (and once more as it stops, after that
-thread has ended), never while holding up a batch, once the first ``count`` elements
-signalled to this subscription are durable (counted from 1 in signal order, increasing
-with each call): written to the log with ``walLocation``, committed by Spark without it.
-A publisher over an upstream that redelivers what was not acknowledged (an MQTT QoS 1
-session, a message queue) acknowledges them upstream then. A kill can then repeat only
-elements that were durable and not yet acknowledged; see docs/how-to/exactly-once.md for
-dropping them.
+thread has ended; and, for a redelivery it drops, from the thread that signalled it: see
+:mod:`~pyspark_reactive.source.redeliveries`), never while holding up a batch, once the
+first ``count`` elements signalled to this subscription are durable (counted from 1 in
+signal order, increasing with each call): written to the log with ``walLocation``,
+committed by Spark without it. A publisher over an upstream that redelivers what was not
+acknowledged (an MQTT QoS 1 session, a message queue) acknowledges them upstream then. A
+kill can then repeat only elements that were durable and not yet acknowledged; see
+docs/how-to/exactly-once.md for dropping them.
 
 **Identities** (shards read on the executors, :mod:`~pyspark_reactive.source.sharded`).
 Give an acknowledging publisher a method ``identity(element) -> str | None`` (a message

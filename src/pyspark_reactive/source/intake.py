@@ -358,13 +358,14 @@ class Intake:
                 found.append(str(value))
         return found
 
-    def remember(self, identities: set[str]) -> None:
-        """Identities the log held when this run subscribed (its segments', and the
-        newest of those committed before): kept in the file the next commit writes."""
+    def remember(self, identities: list[str]) -> None:
+        """Identities the log held when this run subscribed, oldest first (the newest of
+        those committed before, then its segments'): the newest of them are kept in the
+        file the next commit writes."""
         if self._identity is None or not identities:
             return
         with self._lock:
-            self._recent.extendleft(list(identities)[:IDENTITY_WINDOW])
+            self._recent.extend(identities)  # before this run's: at most the newest stay
             self._recent_changed = True
 
     def _key(self, element: Any) -> str | None:

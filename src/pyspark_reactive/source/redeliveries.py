@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from reactive_streams import Publisher, Subscriber, Subscription
@@ -46,11 +47,12 @@ IDENTITY_WINDOW = 4096
 _MOST_BYTES = 16 * 2**20
 
 
-def remembered_identities(wal: WriteAheadLog) -> set[str]:
-    """The identities the log holds: those of its segments, and the newest of those Spark
-    committed. A file that cannot be read is named in a warning and ignored (redeliveries
-    are then kept, at least once, as without identities)."""
-    found: set[str] = set()
+def remembered_identities(wal: WriteAheadLog) -> list[str]:
+    """The identities the log holds, oldest first: the newest of those Spark committed,
+    then those of its segments in offset order. A file that cannot be read is named in a
+    warning and ignored (redeliveries are then kept, at least once, as without
+    identities)."""
+    found: dict[str, None] = {}
     held = wal.get(RECENT_IDENTITIES, _MOST_BYTES)
     texts = [] if held is None else [(RECENT_IDENTITIES, held)]
     for entry in wal.entries():
@@ -71,8 +73,8 @@ def remembered_identities(wal: WriteAheadLog) -> set[str]:
                         wal.location, error)
             continue
         if isinstance(values, list):
-            found.update(str(value) for value in values)
-    return found
+            found.update((str(value), None) for value in values)
+    return list(found)
 
 
 class RedeliveryFilter(Publisher[Any]):
@@ -85,7 +87,7 @@ class RedeliveryFilter(Publisher[Any]):
     signalled, the dropped ones included.
     """
 
-    def __init__(self, publisher: Any, remembered: set[str]) -> None:
+    def __init__(self, publisher: Any, remembered: Iterable[str]) -> None:
         self._publisher = publisher
         self._identity = publisher.identity
         self._remembered = set(remembered)

@@ -211,7 +211,7 @@ class QueryRun:
         publisher = make_publisher(self.options, self.schema, self.factory,
                                    ResumePoint(base, self.log.resume_key()))
         wal = self.log.wal
-        remembered: set[str] = set()
+        remembered: list[str] = []
         if (wal is not None and callable(getattr(publisher, "identity", None))
                 and callable(getattr(publisher, "on_durable", None))
                 and getattr(publisher, "arrow_batches", False) is not True):

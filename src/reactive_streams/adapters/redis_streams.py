@@ -572,6 +572,11 @@ class _Session(Source[T], Generic[T]):
             self._signalled += 1
             self._acknowledge(entry_id, self._signalled)
             self._settle_skipped()
+            # Told durable before it was signalled (a redelivery the source dropped and
+            # acknowledged at once): nothing else would send its XACK soon.
+            late = self.p.acknowledge == "on_durable" and bool(self._acks)
+        if late:
+            self._flush_acks()
 
     def close(self) -> None:
         with self._cond:

@@ -161,7 +161,8 @@ class SsePublisher(Publisher[T], Generic[T]):
         headers = dict(headers or {})
         for name, value in headers.items():
             if not (isinstance(name, str) and isinstance(value, str)) or any(
-                    c in name + value for c in "\r\n") or not _latin1(name + value):
+                    c in name + value for c in "\r\n") or not _latin1(value) or not (
+                    name.isascii() and name and not any(c in name for c in ' :\t')):
                 raise ValueError(f"headers: names and values are strings without line "
                                  f"breaks, in Latin-1 as HTTP sends them (the header "
                                  f"{str(name)[:40]!r} is not; its value is not shown)")
@@ -231,11 +232,32 @@ def url_problem(url: object) -> str | None:
         return f"not a URL ({error})"
     if parts.scheme not in ("http", "https"):
         return "an http:// or https:// URL is needed"
-    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
-        return "spaces and control characters must be percent-encoded (as %20)"
+    if any(ord(c) <= 0x20 or ord(c) >= 0x7F for c in url):
+        return ("spaces, control and non-ASCII characters must be percent-encoded (as "
+                "%20)")
     if not parts.hostname:
         return "the URL names no host"
     return None
+
+
+def _connect_with_buffer(host: str, port: int, receive_buffer: int,
+                         timeout: float) -> socket.socket:
+    """A TCP connection whose ``SO_RCVBUF`` is set before it connects (the window is agreed
+    in the handshake), trying each address of ``host`` in turn, as
+    ``socket.create_connection`` does."""
+    failure: OSError | None = None
+    for family, socket_type, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, socket_type, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            sock.settimeout(timeout)
+            sock.connect(address)
+            return sock
+        except OSError as error:
+            sock.close()
+            failure = error
+    raise failure if failure is not None else OSError(f"no address for {host!r}")
 
 
 def _latin1(text: str) -> bool:
@@ -397,13 +419,9 @@ class _Stream(Source[T], Generic[T]):
             old.close()
         if p.receive_buffer is not None:
             # Before connecting: the window is agreed in the handshake.
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            family, socket_type, proto, _, address = socket.getaddrinfo(
-                parts.hostname, port, type=socket.SOCK_STREAM)[0]
-            connection.sock = socket.socket(family, socket_type, proto)
-            connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, p.receive_buffer)
-            connection.sock.settimeout(p.connect_timeout)
-            connection.sock.connect(address)
+            connection.sock = _connect_with_buffer(
+                parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80),
+                p.receive_buffer, p.connect_timeout)
             if parts.scheme == "https":
                 context = p.tls or ssl.create_default_context()
                 connection.sock = context.wrap_socket(connection.sock,
@@ -482,7 +500,7 @@ class _Stream(Source[T], Generic[T]):
             elif name == "id":
                 if "\0" not in value:
                     id_buffer = value
-            elif name == "retry" and value.isdigit():
+            elif name == "retry" and value.isascii() and value.isdigit():
                 # At least a tenth of a second: retry 0 would reconnect in a busy loop.
                 self._retry = max(int(value) / 1000, MIN_RETRY_S)
 
