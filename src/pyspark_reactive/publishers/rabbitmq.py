@@ -36,7 +36,7 @@ from ..source.options import (
 )
 from ..source.rows import Undecodable
 from ..source.shards import sharded
-from ._common import BOOLEAN, CA_CERTS, json_needs_schema, read_bool
+from ._common import BOOLEAN, CA_CERTS, json_needs_schema, read_bool, read_tls
 from .columns import json_columns, keep_columns
 
 __all__ = ["DEFAULT_MAX_BUFFERED_BYTES", "MESSAGE_SCHEMA", "OPTION_SPECS",
@@ -289,19 +289,10 @@ def _read_password(path: str) -> str:
 
 
 def _tls(options: Mapping[str, str], url_tls: bool) -> bool | ssl.SSLContext:
-    tls = read_bool(OPTION_SPECS, options, "tls")
-    ca_certs = OPTION_SPECS.given(options, "caCerts")
-    if tls is False and url_tls:
+    if url_tls and read_bool(OPTION_SPECS, options, "tls") is False:
         raise OptionError("tls", OPTION_SPECS.given(options, "tls"),
                           "true with an amqps:// url (or give an amqp:// url)")
-    if ca_certs is None:
-        return bool(tls) or url_tls
-    if tls is False:
-        raise OptionError("caCerts", ca_certs, "no value with tls=false (caCerts implies TLS)")
-    try:
-        return ssl.create_default_context(cafile=ca_certs)
-    except (OSError, ssl.SSLError) as error:
-        raise OptionError("caCerts", ca_certs, f"{_CA_CERTS} ({error})") from None
+    return read_tls(OPTION_SPECS, options, implied=url_tls)
 
 
 class _Row(dict[str, Any]):

@@ -32,7 +32,7 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from ..api import Subscriber, Subscription
@@ -100,6 +100,7 @@ class ConfirmingSubscriber(Subscriber[T], ABC, Generic[T]):
         self._queue: deque[tuple[str, T]] = deque()
         self._subscription: Subscription | None = None
         self._used = False  # subscribed once: a subscriber serves one stream
+        self._batch_scope: Callable[[], object] | None = None
         self._ended = False  # on_complete or on_error came
         self._upstream_error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -137,6 +138,9 @@ class ConfirmingSubscriber(Subscriber[T], ABC, Generic[T]):
                 return
             self._subscription = subscription
             self._used = True
+            # Looked up once: on_next asks it for every element.
+            scope = getattr(subscription, "batch_scope", None)
+            self._batch_scope = scope if callable(scope) else None
         defer = getattr(subscription, "defer_confirmation", None)
         self._deferred = callable(defer)
         if defer is not None and self._deferred:
@@ -189,8 +193,8 @@ class ConfirmingSubscriber(Subscriber[T], ABC, Generic[T]):
     # -- the subscription's thread ----------------------------------------------------------
 
     def _scope_now(self) -> object:
-        scope = getattr(self._subscription, "batch_scope", None)
-        value = scope() if callable(scope) else None
+        scope = self._batch_scope
+        value = scope() if scope is not None else None
         return self._own_scope if value is None else value
 
     def _run(self) -> None:
