@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -279,6 +280,20 @@ def unacknowledged(server: Server, stream: str, durable: str) -> int:
     """The consumer's ``num_ack_pending``: messages delivered and not acknowledged, as the
     server counts them (what a reader holds, or held when it died)."""
     return int(consumer_info(server, stream, durable).num_ack_pending)
+
+
+def settled_counts(read: Callable[[], Any], want: tuple[int, int] = (0, 0),
+                   timeout: float = 10.0) -> tuple[int, int]:
+    """``(num_ack_pending, num_pending)`` of the consumer info ``read()`` returns, read
+    again until it is ``want`` or ``timeout`` seconds have passed: the server applies the
+    acknowledgements a closed connection sent in its own time (a consumer's state is
+    updated apart from the connection that acknowledged)."""
+    pause, deadline = threading.Event(), time.monotonic() + timeout
+    while True:
+        info = read()
+        counts = (int(info.num_ack_pending), int(info.num_pending))
+        if counts == want or time.monotonic() >= deadline or pause.wait(0.1):
+            return counts
 
 
 def stream_messages(server: Server, stream: str) -> list[bytes]:

@@ -127,15 +127,8 @@ def test_a_new_subscription_gets_what_the_last_did_not_acknowledge(
     assert all(m.num_delivered == 2 for m in again)
     # Acknowledged as each on_next returned: written once the connection has closed.
     assert second.wait_closed(10)
-    # The server applies them in its own time (a consumer's state is updated apart from
-    # the connection that acknowledged): looked at until it has, within 10 s.
-    pause, counts = threading.Event(), None
-    for _ in range(100):
-        info = nats_server.consumer_info(nats, stream, "restart")
-        counts = (info.num_ack_pending, info.num_pending)
-        if counts == (0, 0) or pause.wait(0.1):
-            break
-    assert counts == (0, 0)
+    assert nats_server.settled_counts(
+        lambda: nats_server.consumer_info(nats, stream, "restart")) == (0, 0)
 
 
 def test_errors_name_the_server_and_never_the_secret(

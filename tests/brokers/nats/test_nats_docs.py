@@ -75,11 +75,18 @@ def test_the_pages_server_stream_and_consumer_lose_nothing(tmp_path: Path) -> No
                                     password=USERS["READER_PASSWORD"], max_messages=100,
                                     decode=lambda m: json.loads(m.data)["id"])
         assert sorted(collect(reader, timeout=30)) == list(range(100))
-        info = _run_as(again, {"user": "reader", "password": USERS["READER_PASSWORD"]},
-                       lambda js: js.consumer_info(name, durable))
+        # Acknowledged as each on_next returned: written by the time the connection closes.
+        assert reader.wait_closed(10)
+        login = {"user": "reader", "password": USERS["READER_PASSWORD"]}
+
+        def read_info() -> Any:
+            return _run_as(again, login, lambda js: js.consumer_info(name, durable))
+
+        counts = nats_server.settled_counts(read_info)
+        info = read_info()
         assert info.config.ack_wait == consumer["ack_wait"] / 1e9
         assert info.config.max_ack_pending == consumer["max_ack_pending"]
-        assert (info.num_pending, info.num_ack_pending) == (0, 0)
+        assert counts == (0, 0)
 
 
 def _run_as(server: nats_server.Server, login: dict[str, str], work: Any) -> Any:
