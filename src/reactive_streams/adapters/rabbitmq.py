@@ -27,6 +27,7 @@ from ..api import Publisher, Subscriber
 from ..errors import ReactiveStreamsError
 from ..runners import ThreadRunner
 from ..signalling import COMPLETE, Emitter, Source, Terminal, require_not_none
+from ._amqp_deliveries import Delivery, DeliveryReader
 from ._confirming import BrokerRefused, ConfirmingSubscriber
 from ._extras import require
 from ._sessions import Counting, check_int, is_number
@@ -51,6 +52,9 @@ MAX_PREFETCH: Final = 65535
 #: ``max_buffered_bytes`` so that a flood of empty messages meets the budget too.
 MESSAGE_OVERHEAD_BYTES: Final = 512
 _AMQP_PORT: Final = 5672
+#: Read deliveries from the received bytes (_amqp_deliveries); False: through pika's
+#: frames (the tests compare the two).
+_READ_DELIVERIES = True
 _AMQPS_PORT: Final = 5671
 
 
@@ -764,22 +768,20 @@ class _Session(Source[T], Generic[T]):
             connection.add_callback_threadsafe(_nothing)  # ends process_data_events' wait
 
         def on_message(ch: Any, method: Any, properties: Any, body: bytes) -> None:
-            headers = properties.headers or {}
-            message = RabbitMQMessage(
-                body if type(body) is bytes else bytes(body), method.routing_key,
-                method.exchange, bool(method.redelivered), method.delivery_tag,
-                properties.message_id, headers, properties.content_type,
-                properties.timestamp, time.time())
-            size = _held_bytes(message)
-            with self._lock:
-                self._buffer.append(message)
-                self._sizes.append(size)
-                self._buffered_bytes += size
-                self._delivered = max(self._delivered, method.delivery_tag)
-                self.received += 1
-                self._credit = max(0, self._credit - 1)
-            self._arrived = True
+            self._received([(body if type(body) is bytes else bytes(body),
+                             method.routing_key, method.exchange, bool(method.redelivered),
+                             method.delivery_tag, properties.message_id,
+                             properties.headers or {}, properties.content_type,
+                             properties.timestamp)], signal=False)
+            self._arrived = True  # signalled once process_data_events returns
+            reader.pika_delivered()
 
+        # Deliveries are read from the received bytes rather than through pika's frames
+        # and events (see _amqp_deliveries); the rest of the protocol stays pika's.
+        reader = DeliveryReader(impl.connection, impl.channel_number, p.max_message_bytes,
+                                self._received)
+        if _READ_DELIVERIES:
+            reader.install()
         channel.basic_consume(p.queue, on_message, auto_ack=False,
                               **({"consumer_tag": p.consumer_tag} if p.consumer_tag else {}))
         self.consume_ok = True
@@ -820,6 +822,24 @@ class _Session(Source[T], Generic[T]):
                 # connection closes, once the stream's end closes the session).
                 self._oversized = None
                 self._fail(oversized)
+
+    def _received(self, deliveries: list[Delivery], signal: bool = True) -> None:
+        """Keep messages the broker delivered (on the connection thread) and, unless told
+        not to, signal the emitter: the reader hands over what one read of the socket
+        delivered, within pika's wait for network events, which nothing else ends."""
+        now = time.time()
+        messages = [RabbitMQMessage(*values, received=now) for values in deliveries]
+        sizes = [_held_bytes(message) for message in messages]
+        with self._lock:
+            self._buffer.extend(messages)
+            self._sizes.extend(sizes)
+            self._buffered_bytes += sum(sizes)
+            self._delivered = max(self._delivered, messages[-1].delivery_tag)
+            self.received += len(messages)
+            self._credit = max(0, self._credit - len(messages))
+            emitter = self._emitter if signal else None
+        if emitter is not None:
+            emitter.signal()
 
     def _window(self, ack_upto: int | None = None) -> int:
         """The prefetch wanted now: the messages delivered and not acknowledged (once

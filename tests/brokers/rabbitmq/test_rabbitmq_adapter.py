@@ -236,3 +236,73 @@ def test_the_peer_s_mqtt_listener(node: Node) -> None:
     # The MQTT 3.1.1 work tests against this listener: it must come up.
     assert node.wait_mqtt(30) == node.mqtt_port
     assert rabbitmq_server.Node.username == node.username
+
+
+def _varied_messages() -> list[tuple[bytes, Any]]:
+    """Bodies and properties that take every branch of the direct reading of deliveries:
+    each property, headers of every field kind, text that is not ASCII and a message_id
+    that is not UTF-8, an empty body, and bodies over one frame (read by pika) between
+    messages read directly."""
+    import pika
+
+    full = pika.BasicProperties(
+        content_type="application/json", content_encoding="identity",
+        headers={"n": 7, "big": 2**40, "t": "ünï", "b": b"\x00\xff", "l": [1, "x"],
+                 "d": {"inner": True}, "none": None},
+        delivery_mode=2, priority=3, correlation_id="c-1", reply_to="r", expiration="600000",
+        message_id="m-ü", timestamp=1_700_000_000, type="kind", app_id="app")
+    odd_id = pika.BasicProperties(message_id=b"\xff\xfe-id")  # type: ignore[arg-type]
+    return [(b'{"id": 0}', full), (b"", pika.BasicProperties()),
+            (b"x" * 300_000, pika.BasicProperties(message_id="big-1")),
+            (b'{"id": 3}', odd_id), (b"y" * 140_000, pika.BasicProperties(headers={})),
+            *[(json.dumps({"id": i}).encode(), pika.BasicProperties(message_id=f"m-{i}"))
+              for i in range(5, 2_000)]]
+
+
+def test_deliveries_read_from_the_bytes_are_those_pika_reads(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection thread reads deliveries from the received bytes (_amqp_deliveries);
+    the same messages, read through pika's own frames, compare equal, in the same order,
+    and most were read directly."""
+    from reactive_streams.adapters import _amqp_deliveries
+    from reactive_streams.adapters import rabbitmq as adapter
+
+    exchange = "fan-" + node.declare_queue()
+    queues = [node.declare_queue(), node.declare_queue()]
+    with node.connection() as connection:
+        channel = connection.channel()
+        channel.exchange_declare(exchange, "fanout", auto_delete=True)
+        for name in queues:
+            channel.queue_bind(name, exchange)
+        channel.confirm_delivery()
+        messages = _varied_messages()
+        for body, properties in messages:
+            channel.basic_publish(exchange, "key-ü", body, properties)
+    readers: list[Any] = []
+
+    class Counted(_amqp_deliveries.DeliveryReader):
+        def install(self) -> bool:
+            readers.append(self)
+            return super().install()
+
+    monkeypatch.setattr(adapter, "DeliveryReader", Counted)
+    read = {}
+    for name, direct in zip(queues, (False, True), strict=True):
+        monkeypatch.setattr(adapter, "_READ_DELIVERIES", direct)
+        publisher = RabbitMQPublisher(name, url=node.url, max_messages=len(messages),
+                                      prefetch=500)
+        holder = Holder()
+        publisher.subscribe(holder)
+        holder.request(len(messages))
+        read[direct] = holder.wait_for(len(messages))
+        assert publisher.wait_closed(10)
+    # After a body over one frame, deliveries go through pika until pika has handed that
+    # one over (its blocking channel does so later, in its own loop): the order holds.
+    assert len(readers) == 1 and readers[0].read >= len(messages) // 2, readers[0].read
+    assert read[True] == read[False]
+    assert [m.body for m in read[True]] == [body for body, _ in messages]
+    first = read[True][0]
+    assert (first.headers["t"], first.headers["d"], first.message_id, first.timestamp,
+            first.content_type, first.routing_key, first.exchange) == (
+        "ünï", {"inner": True}, "m-ü", 1_700_000_000, "application/json", "key-ü", exchange)
+    assert read[True][3].message_id == b"\xff\xfe-id"
