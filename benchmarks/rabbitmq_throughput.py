@@ -175,15 +175,20 @@ def _query(spark: Any, df: Any, args: argparse.Namespace, folder: str,
     return args.rows / took
 
 
-def into_spark(spark: Any, node: rabbitmq_server.Node, args: argparse.Namespace) -> float:
-    """(b) Rows/s of one query reading the queue with ``publisher=rabbitmq``."""
+def into_spark(spark: Any, node: rabbitmq_server.Node, args: argparse.Namespace,
+               shards: int = 1) -> float:
+    """(b) Rows/s of one query reading the queue with ``publisher=rabbitmq``; (f) the same
+    with ``shards``."""
     queue = _fill(node, args)
     with tempfile.TemporaryDirectory() as folder:
         reader = (spark.readStream.format("reactive").option("publisher", "rabbitmq")
                   .option("url", node.url).option("queue", queue).option("format", "json")
                   .option("maxRecordsPerTrigger", args.batch)
                   .option("walLocation", f"{folder}/wal").schema("id BIGINT"))
-        rate = _query(spark, reader.load(), args, folder, "(b) publisher=rabbitmq")
+        if shards > 1:
+            reader = reader.option("shards", shards)
+        what = f"({'f' if shards > 1 else 'b'}) publisher=rabbitmq, shards={shards}"
+        rate = _query(spark, reader.load(), args, folder, what)
     node.delete_queue(queue)
     return rate
 
@@ -225,18 +230,21 @@ def main() -> None:
         adapter(node, warm)
         spark = local_session("rabbitmq-throughput")
         into_spark(spark, node, warm)
+        into_spark(spark, node, warm, shards=2)
         spark_alone(spark, warm)
         best: dict[str, float] = {}
         for _ in range(args.repeat):  # in turns, so a busy moment favours none
             for name, run in (("a", lambda: ceiling(node, args)),
                               ("c", lambda: adapter(node, args)),
                               ("b", lambda: into_spark(spark, node, args)),
+                              ("f", lambda: into_spark(spark, node, args, shards=2)),
                               ("d", lambda: spark_alone(spark, args))):
                 rate = run()
                 best[name] = max(best.get(name, 0.0), rate)
                 print(f"  ({name}) {rate:10,.0f} rows/s", flush=True)
         spark.stop()
     plain, alone, spark_rate, range_rate = best["a"], best["c"], best["b"], best["d"]
+    two = best["f"]
     print(f"python {platform.python_version()}, pyspark {pyspark.__version__}, pika "
           f"{pika.__version__}, {version}; {args.rows} persistent JSON messages per run, "
           f"queued before the consumer starts, prefetch {_prefetch(args)}, "
@@ -249,6 +257,8 @@ def main() -> None:
     print(f"(b) publisher=rabbitmq into Spark: {spark_rate:,.0f} rows/s "
           f"= {spark_rate / plain:.2f} of (a) (target >= 0.8), "
           f"{spark_rate / range_rate:.2f} of (d)")
+    print(f"(f) the same query with shards=2 (read in two tasks a micro-batch, on the "
+          f"executors): {two:,.0f} rows/s = {two / plain:.2f} of (a)")
     print(f"(d) publisher=range into Spark, no broker: {range_rate:,.0f} rows/s: what Spark, "
           f"the source and its log take here")
     # In (b) one Python process (the source's runner) does, under one GIL, what (a) does

@@ -13,8 +13,8 @@ the consumer) goes to pika's own frame decoding and processing, in the order rec
 So the connection's handshake, heartbeats, flow control, errors and closing stay pika's.
 
 It needs pika 1.x's ``Connection._on_data_available``, ``_frame_buffer``,
-``_process_frame`` and ``bytes_received``; where they are missing, :meth:`install` leaves
-pika as it is.
+``_process_frame`` and ``bytes_received``, and ``Channel._consumers`` and ``_cancelled``
+(all in pika 1.3 and 1.4); where they are missing, :meth:`install` leaves pika as it is.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ _TAG: Final = struct.Struct(">Q")
 _HEADER: Final = struct.Struct(">HHQH")  # class, weight, body size, property flags
 _METHOD, _CONTENT_HEADER, _BODY = 1, 2, 3
 _FRAME_END: Final = 0xCE
-_BASIC_DELIVER: Final = (60 << 16) | 60
+_BASIC: Final = 60
+_BASIC_DELIVER: Final = (_BASIC << 16) | 60
 #: Bytes asked of the socket at a time (pika asks 4,096): fewer trips through its loop.
 RECV_BYTES: Final = 65536
 
@@ -64,15 +65,18 @@ def _short(buf: bytes, at: int) -> tuple[Any, int]:
 
 
 class DeliveryReader:
-    """Reads ``basic.deliver`` messages of ``channel`` for a pika connection (``impl``:
-    the ``pika.connection.Connection`` under a blocking connection) and passes each
+    """Reads ``basic.deliver`` messages of ``channel`` (a ``pika.channel.Channel``) for
+    its consumers (a delivery for another, or one cancelled, is pika's to refuse) for a
+    pika connection (``impl``: the ``pika.connection.Connection`` under a blocking
+    connection) and passes each
     chunk's messages to ``deliver`` (a list of :data:`Delivery`), before any other frame
     that follows them. Bodies over ``max_body`` bytes are left to pika (and to whatever
     bounds it there)."""
 
-    def __init__(self, impl: Any, channel: int, max_body: int,
+    def __init__(self, impl: Any, channel: Any, max_body: int,
                  deliver: Callable[[list[Delivery]], None]) -> None:
-        self.impl, self.channel, self.max_body, self.deliver = impl, channel, max_body, deliver
+        self.impl, self.max_body, self.deliver = impl, max_body, deliver
+        self.channel_impl, self.channel = channel, channel.channel_number
         self.read = 0  # deliveries read here (the rest went through pika)
         self.with_pika = 0  # deliveries left to pika and not yet at the consumer's callback
 
@@ -81,7 +85,8 @@ class DeliveryReader:
         where this pika lacks what the reader uses."""
         impl = self.impl
         if not all(hasattr(impl, name) for name in (
-                "_on_data_available", "_frame_buffer", "_process_frame", "bytes_received")):
+                "_on_data_available", "_frame_buffer", "_process_frame", "bytes_received")
+        ) or not all(hasattr(self.channel_impl, name) for name in ("_consumers", "_cancelled")):
             return False
         from pika import frame as pika_frame  # type: ignore[import-untyped]
 
@@ -117,8 +122,8 @@ class DeliveryReader:
                         at = after
                         continue
                 if read:
-                    self._hand_over(read)
-                    read = []
+                    batch, read = read, []
+                    self._hand_over(batch)
                 consumed, frame_value = self._decode_frame(buf[at:end])
                 impl.bytes_received += at + consumed
                 impl._frame_buffer = buf[at + consumed:]
@@ -129,7 +134,8 @@ class DeliveryReader:
                 size, at = len(buf), 0
         finally:
             if read:
-                self._hand_over(read)
+                batch, read = read, []
+                self._hand_over(batch)
         impl.bytes_received += at
         impl._frame_buffer = buf[at:] if at else buf
 
@@ -150,7 +156,10 @@ class DeliveryReader:
         if buf[end - 1] != _FRAME_END:
             raise _NotPlain
         cursor = at + 11
-        cursor += 1 + buf[cursor]  # consumer tag: one consumer on this channel
+        consumer, cursor = _short(buf, cursor)
+        channel = self.channel_impl
+        if consumer not in channel._consumers or consumer in channel._cancelled:
+            raise _NotPlain
         tag = _TAG.unpack_from(buf, cursor)[0]
         redelivered = bool(buf[cursor + 8] & 1)
         exchange, cursor = _short(buf, cursor + 9)
@@ -168,8 +177,8 @@ class DeliveryReader:
             return None
         if buf[header_end - 1] != _FRAME_END:
             raise _NotPlain
-        _, _, body_size, flags = _HEADER.unpack_from(buf, end + 7)
-        if body_size > self.max_body or flags & _FLAG_MORE:
+        class_id, _, body_size, flags = _HEADER.unpack_from(buf, end + 7)
+        if class_id != _BASIC or body_size > self.max_body or flags & _FLAG_MORE:
             raise _NotPlain
         message_id, headers, content_type, timestamp = self._properties(
             buf, end + 21, flags, header_end - 1)

@@ -778,8 +778,7 @@ class _Session(Source[T], Generic[T]):
 
         # Deliveries are read from the received bytes rather than through pika's frames
         # and events (see _amqp_deliveries); the rest of the protocol stays pika's.
-        reader = DeliveryReader(impl.connection, impl.channel_number, p.max_message_bytes,
-                                self._received)
+        reader = DeliveryReader(impl.connection, impl, p.max_message_bytes, self._received)
         if _READ_DELIVERIES:
             reader.install()
         channel.basic_consume(p.queue, on_message, auto_ack=False,
