@@ -1,14 +1,15 @@
-"""Rows/s into Spark through the built-in ``rabbitmq`` publisher, beside the ceiling: pika
+"""Rows/s into Spark through the built-in ``rabbitmq`` publisher, beside the baseline: pika
 alone consuming the same kind of queue with the same prefetch and the same acknowledgement
 batching, decoding every body; and, to show where the difference goes, the
-``RabbitMQPublisher`` adapter alone and the same query with ``publisher=range``.
+``RabbitMQPublisher`` adapter alone, the same query with ``publisher=range`` and with
+``shards=2``, and the ceilings these set.
 
 A RabbitMQ node (``tests/peers/rabbitmq_server.py``, no MQTT) runs on 127.0.0.1. For each
 run a new durable queue gets ``--rows`` persistent JSON messages ``{"id": i}`` with a
 ``message_id`` (``publish_json``: publisher-confirmed) before the clock starts; the clock
 runs from the consumer's start (the query's ``start()`` for (b)) to its last message:
 
-(a) the ceiling: pika's ``BlockingConnection`` consuming with manual acknowledgement and a
+(a) the baseline: pika's ``BlockingConnection`` consuming with manual acknowledgement and a
 channel-wide ``basic.qos`` of the built-in's prefetch (``2 x --batch + 1``, at most
 65,535), ``json.loads`` of every body, and one ``basic_ack(multiple=True)`` per group: the
 tags delivered in each ``walSyncMs`` (50 ms), as the source acknowledges once per group
@@ -21,15 +22,23 @@ BIGINT``, ``walLocation`` and ``maxRecordsPerTrigger=--batch`` into a parquet si
 default trigger on ``local[2]``, until its progress events have counted every row; the
 sink is then read back (after the clock), and every id must be there once;
 (d) the same query with ``publisher=range`` (no broker, ``count=--rows``): what Spark, the
-source and its log take on this machine, which bounds (b) whatever the broker gives.
+source and its log take on this machine;
+(f) query (b) with ``shards=2``: the queue read by two consumers, in two Spark tasks a
+micro-batch on the executors, so not through the one runner process.
 
-Each runs ``--repeat`` times in turns after one warm-up; the best run counts. (b) is
-printed as a ratio of (a) (target >= 0.8) and of (d), and beside (e) = 1 / (1/(a) +
-1/(d)): in (b) one Python process (the source's runner, started by the driver's JVM) does,
-under one GIL, both (a)'s work (pika reading and decoding every message) and the source's
-own (its log and Arrow batches, measured by (d)), in turn, so (e) is the ceiling that
-stops (b) where it is under 0.8 of (a). Broker, Spark and consumers share the machine's
-2 cores.
+Each runs ``--repeat`` times in turns after one warm-up; the best run counts. Beside rows/s
+each prints the whole machine's busy CPU time per row over the run (every process: the
+broker, the JVM, the Python processes; from /proc/stat), the least of the runs. (b) is
+printed as a ratio of (a) (target >= 0.8), and beside two ceilings measured in the same
+run:
+
+(e) the machine's: each row of (b) costs the work of (a) (the broker delivering, a client
+reading and decoding) and of (d) (Spark, the source and its log), and the CPUs cannot do
+both for more than ``CPUs / (CPU a row of (a) + of (d))`` rows/s;
+(g) one process's: in (b) the source's runner (one Python process, started by the
+driver's JVM) does, under one GIL, both (a)'s reading and decoding and the source's own
+work (its log and Arrow batches), in turn, so ``1 / (1/(a) + 1/(d))``; (f) is not bound
+by it.
 
 Run from the repository root::
 
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -68,6 +78,27 @@ from mqtt_throughput import RowsListener  # noqa: E402 - benchmarks/
 TIMEOUT_S = 600.0
 
 
+def _busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent busy (every process on every core: the
+    broker, the JVM, the Python processes), from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (
+            int(v) for v in stat.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class _Timed:
+    """The wall-clock seconds and the machine's busy CPU-seconds between start and stop."""
+
+    def __init__(self) -> None:
+        self.began, self.busy = time.perf_counter(), _busy_seconds()
+
+    def stop(self, rows: int) -> tuple[float, float]:
+        """(rows/s, busy CPU-milliseconds per row)."""
+        took = time.perf_counter() - self.began
+        return rows / took, (_busy_seconds() - self.busy) * 1000 / rows
+
+
 def _prefetch(args: argparse.Namespace) -> int:
     """The built-in's default prefetch: 2 x maxRecordsPerTrigger + 1, at most 65,535."""
     return min(MAX_PREFETCH, 2 * args.batch + 1)
@@ -86,11 +117,12 @@ def _check_ids(ids: list[int], rows: int, what: str) -> None:
                          f"{rows} once")
 
 
-def ceiling(node: rabbitmq_server.Node, args: argparse.Namespace) -> float:
+def ceiling(node: rabbitmq_server.Node, args: argparse.Namespace) -> tuple[float, float]:
     """(a) Rows/s of pika alone: the same prefetch, every body decoded, one multiple
     acknowledgement per ``walSyncMs``."""
     queue = _fill(node, args)
-    began = time.perf_counter()
+    clock = _Timed()
+    began = clock.began
     connection = pika.BlockingConnection(pika.URLParameters(node.url))
     channel = connection.channel()
     ids: list[int] = []
@@ -114,11 +146,11 @@ def ceiling(node: rabbitmq_server.Node, args: argparse.Namespace) -> float:
         if time.monotonic() > deadline:
             raise TimeoutError(f"pika took {len(ids)} of {args.rows} within {TIMEOUT_S} s")
     channel.basic_ack(last[0], multiple=True)
-    took = time.perf_counter() - began
+    measured = clock.stop(args.rows)
     connection.close()
     node.delete_queue(queue)
     _check_ids(ids, args.rows, "(a) pika")
-    return args.rows / took
+    return measured
 
 
 class _Counter(SyncSubscriber[Any]):
@@ -128,38 +160,38 @@ class _Counter(SyncSubscriber[Any]):
         self.count += 1
 
 
-def adapter(node: rabbitmq_server.Node, args: argparse.Namespace) -> float:
+def adapter(node: rabbitmq_server.Node, args: argparse.Namespace) -> tuple[float, float]:
     """(c) Rows/s of RabbitMQPublisher alone into a subscriber that counts."""
     queue = _fill(node, args)
     publisher: RabbitMQPublisher[Any] = RabbitMQPublisher(
         queue, url=node.url, prefetch=_prefetch(args), max_messages=args.rows,
         decode=lambda message: json.loads(message.body))
     counter = _Counter(batch_size=args.batch)
-    began = time.perf_counter()
+    clock = _Timed()
     publisher.subscribe(counter)
     if not counter.wait(TIMEOUT_S):
         raise TimeoutError(f"the adapter took {counter.count} of {args.rows}")
-    took = time.perf_counter() - began
+    measured = clock.stop(args.rows)
     publisher.wait_closed(10)
     node.delete_queue(queue)
     assert counter.count == args.rows, counter.count
-    return args.rows / took
+    return measured
 
 
 def _query(spark: Any, df: Any, args: argparse.Namespace, folder: str,
-           what: str) -> float:
+           what: str) -> tuple[float, float]:
     """Run ``df`` (a column ``id``) into a parquet sink until its progress counted
     ``--rows``, check every id once; return rows/s from ``start()``."""
     listener = RowsListener(args.rows)
     spark.streams.addListener(listener)
     try:
-        began = time.perf_counter()
+        clock = _Timed()
         query = (df.writeStream.format("parquet").option("path", f"{folder}/out")
                  .option("checkpointLocation", f"{folder}/checkpoint").start())
         if not listener.done.wait(TIMEOUT_S):
             raise TimeoutError(f"{what}: {listener.count} of {args.rows} rows within "
                                f"{TIMEOUT_S} s")
-        took = time.perf_counter() - began
+        measured = clock.stop(args.rows)
         query.stop()
     finally:
         spark.streams.removeListener(listener)
@@ -172,11 +204,11 @@ def _query(spark: Any, df: Any, args: argparse.Namespace, folder: str,
         "max(id) AS high").first()
     if tuple(ids) != (args.rows, args.rows, 0, args.rows - 1):
         raise SystemExit(f"{what}: the sink holds {ids}, not each of {args.rows} ids once")
-    return args.rows / took
+    return measured
 
 
 def into_spark(spark: Any, node: rabbitmq_server.Node, args: argparse.Namespace,
-               shards: int = 1) -> float:
+               shards: int = 1) -> tuple[float, float]:
     """(b) Rows/s of one query reading the queue with ``publisher=rabbitmq``; (f) the same
     with ``shards``."""
     queue = _fill(node, args)
@@ -193,7 +225,7 @@ def into_spark(spark: Any, node: rabbitmq_server.Node, args: argparse.Namespace,
     return rate
 
 
-def spark_alone(spark: Any, args: argparse.Namespace) -> float:
+def spark_alone(spark: Any, args: argparse.Namespace) -> tuple[float, float]:
     """(d) Rows/s of the same query with ``publisher=range``: no broker, no decoding."""
     with tempfile.TemporaryDirectory() as folder:
         reader = (spark.readStream.format("reactive").option("publisher", "range")
@@ -233,45 +265,66 @@ def main() -> None:
         into_spark(spark, node, warm, shards=2)
         spark_alone(spark, warm)
         best: dict[str, float] = {}
+        cpu: dict[str, float] = {}  # the least busy CPU-ms per row of any run
         for _ in range(args.repeat):  # in turns, so a busy moment favours none
             for name, run in (("a", lambda: ceiling(node, args)),
                               ("c", lambda: adapter(node, args)),
                               ("b", lambda: into_spark(spark, node, args)),
                               ("f", lambda: into_spark(spark, node, args, shards=2)),
                               ("d", lambda: spark_alone(spark, args))):
-                rate = run()
+                rate, per_row = run()
                 best[name] = max(best.get(name, 0.0), rate)
-                print(f"  ({name}) {rate:10,.0f} rows/s", flush=True)
+                cpu[name] = min(cpu.get(name, per_row), per_row)
+                print(f"  ({name}) {rate:10,.0f} rows/s, {per_row * 1000:6.1f} CPU-us a row "
+                      f"(the machine's)", flush=True)
         spark.stop()
+    _report(args, version, best, cpu)
+
+
+def _report(args: argparse.Namespace, version: str, best: dict[str, float],
+            cpu: dict[str, float]) -> None:
     plain, alone, spark_rate, range_rate = best["a"], best["c"], best["b"], best["d"]
     two = best["f"]
+    cores = os.cpu_count() or 1
     print(f"python {platform.python_version()}, pyspark {pyspark.__version__}, pika "
           f"{pika.__version__}, {version}; {args.rows} persistent JSON messages per run, "
           f"queued before the consumer starts, prefetch {_prefetch(args)}, "
           f"maxRecordsPerTrigger={args.batch}, walLocation, format=json, parquet sink, "
-          f"best of {args.repeat}")
-    print(f"(a) plain pika, json.loads + one basic_ack(multiple) per {DEFAULT_WAL_SYNC_MS} ms "
-          f"(ceiling): {plain:,.0f} rows/s")
-    print(f"(c) RabbitMQPublisher alone, no Spark: {alone:,.0f} rows/s "
-          f"= {alone / plain:.2f} of (a)")
-    print(f"(b) publisher=rabbitmq into Spark: {spark_rate:,.0f} rows/s "
-          f"= {spark_rate / plain:.2f} of (a) (target >= 0.8), "
-          f"{spark_rate / range_rate:.2f} of (d)")
-    print(f"(f) the same query with shards=2 (read in two tasks a micro-batch, on the "
-          f"executors): {two:,.0f} rows/s = {two / plain:.2f} of (a)")
-    print(f"(d) publisher=range into Spark, no broker: {range_rate:,.0f} rows/s: what Spark, "
-          f"the source and its log take here")
-    # In (b) one Python process (the source's runner) does, under one GIL, what (a) does
-    # (pika reading and decoding every message) and the source's own work that (d)
-    # measures (rows into the log and into Arrow batches): in turn, not side by side.
-    serial = 1 / (1 / plain + 1 / range_rate)
-    print(f"(e) (a) and (d) in turn, 1 / (1/(a) + 1/(d)): {serial:,.0f} rows/s: the ceiling "
-          f"of one process doing both; (b) = {spark_rate / serial:.2f} of it")
-    if spark_rate < 0.8 * plain:
-        print(f"(b) is under 0.8 of (a): the source's runner reads the queue and does the "
-              f"source's work in one Python process, so (e), not (a), is its ceiling "
-              f"({serial / plain:.2f} of (a))")
+          f"{cores} CPUs, best of {args.repeat}; CPU-us a row: the whole machine's busy "
+          f"time (broker, JVM, every Python process) over the run, per row, least of the "
+          f"runs")
 
+    def line(name: str, text: str) -> None:
+        print(f"({name}) {text}: {best[name]:,.0f} rows/s, {cpu[name] * 1000:.1f} CPU-us a row")
+
+    line("a", f"plain pika, json.loads + one basic_ack(multiple) per {DEFAULT_WAL_SYNC_MS} ms")
+    line("c", f"RabbitMQPublisher alone, no Spark = {alone / plain:.2f} of (a)")
+    line("b", f"publisher=rabbitmq into Spark = {spark_rate / plain:.2f} of (a) (target >= "
+              f"0.8), {spark_rate / range_rate:.2f} of (d)")
+    line("f", f"the same query with shards=2 (read in two tasks a micro-batch, on the "
+              f"executors) = {two / plain:.2f} of (a)")
+    line("d", "publisher=range into Spark, no broker: what Spark, the source and its log "
+              "take here")
+    # (b) does, for each row, what (a) does (the broker delivering, a client reading and
+    # decoding) and what (d) does (Spark, the source, its log): the machine's cores
+    # cannot do both for more rows a second than they have CPU-seconds for.
+    machine = cores / ((cpu["a"] + cpu["d"]) / 1000)
+    # And in (b) one Python process, the source's runner, reads the queue and does the
+    # source's own work under one GIL, in turn: it cannot go faster than (a) and (d)
+    # in turn.
+    serial = 1 / (1 / plain + 1 / range_rate)
+    print(f"(e) (a)'s work and (d)'s on this machine's {cores} CPUs, {cores} / (CPU a row "
+          f"of (a) + of (d)): {machine:,.0f} rows/s; (b) = {spark_rate / machine:.2f} of it, "
+          f"(f) = {two / machine:.2f}")
+    print(f"(g) (a) and (d) in turn, 1 / (1/(a) + 1/(d)): {serial:,.0f} rows/s, the ceiling "
+          f"of one process doing both; (b) = {spark_rate / serial:.2f} of it")
+    print(f"(b) spends {cpu['b'] / (cpu['a'] + cpu['d']):.2f} of the CPU a row that (a) and "
+          f"(d) spend together; (f) {cpu['f'] / (cpu['a'] + cpu['d']):.2f}")
+    if max(spark_rate, two) < 0.8 * plain:
+        limit = min(machine, plain)
+        print(f"under 0.8 of (a): the ceiling is (e) = {machine / plain:.2f} of (a) (the "
+              f"machine's CPUs doing both (a)'s and (d)'s work), not (a); the best of (b) "
+              f"and (f) is {max(spark_rate, two) / limit:.2f} of it")
 
 if __name__ == "__main__":
     main()
