@@ -287,7 +287,8 @@ def settled_counts(read: Callable[[], Any], want: tuple[int, int] = (0, 0),
     """``(num_ack_pending, num_pending)`` of the consumer info ``read()`` returns, read
     again until it is ``want`` or ``timeout`` seconds have passed: the server applies the
     acknowledgements a closed connection sent in its own time (a consumer's state is
-    updated apart from the connection that acknowledged)."""
+    updated apart from the connection that acknowledged), and tells no one when it has:
+    so this reads again every 0.1 s, the one wait here on a clock rather than an event."""
     pause, deadline = threading.Event(), time.monotonic() + timeout
     while True:
         info = read()

@@ -52,6 +52,11 @@ class _NotPlain(Exception):
     """A delivery this reader leaves to pika."""
 
 
+class _NotOurs(_NotPlain):
+    """A delivery for no consumer of the channel: pika refuses it, and it never reaches
+    the consumer's callback."""
+
+
 def _short(buf: bytes, at: int) -> tuple[Any, int]:
     """A short string at ``at``: text, or its bytes where they are not UTF-8 (as pika)."""
     end = at + 1 + buf[at]
@@ -65,12 +70,12 @@ def _short(buf: bytes, at: int) -> tuple[Any, int]:
 
 
 class DeliveryReader:
-    """Reads ``basic.deliver`` messages of ``channel`` (a ``pika.channel.Channel``) for
-    its consumers (a delivery for another, or one cancelled, is pika's to refuse) for a
-    pika connection (``impl``: the ``pika.connection.Connection`` under a blocking
-    connection) and passes each
-    chunk's messages to ``deliver`` (a list of :data:`Delivery`), before any other frame
-    that follows them. Bodies over ``max_body`` bytes are left to pika (and to whatever
+    """Reads the ``basic.deliver`` messages of ``channel`` (a ``pika.channel.Channel``)
+    for its consumers from what the pika connection ``impl`` (the
+    ``pika.connection.Connection`` under a blocking connection) receives, and passes each
+    run of them to ``deliver`` (a list of :data:`Delivery`) before any frame that follows
+    them. A delivery for a consumer tag the channel does not have, or has cancelled, is
+    pika's to refuse; bodies over ``max_body`` bytes are left to pika (and to whatever
     bounds it there)."""
 
     def __init__(self, impl: Any, channel: Any, max_body: int,
@@ -111,9 +116,12 @@ class DeliveryReader:
                     break
                 deliver = (kind == _METHOD and channel == self.channel and length >= 4
                            and unpack_id(buf, at + 7)[0] == _BASIC_DELIVER)
+                ours = deliver
                 if deliver and not self.with_pika:
                     try:
                         after = self._delivery(buf, at, end, read)
+                    except _NotOurs:
+                        after, ours = 0, False
                     except Exception:  # _NotPlain, or malformed: pika's decoding says how
                         after = 0
                     if after is None:
@@ -127,7 +135,7 @@ class DeliveryReader:
                 consumed, frame_value = self._decode_frame(buf[at:end])
                 impl.bytes_received += at + consumed
                 impl._frame_buffer = buf[at + consumed:]
-                if deliver:
+                if ours:
                     self.with_pika += 1
                 impl._process_frame(frame_value)
                 buf = impl._frame_buffer
@@ -159,7 +167,7 @@ class DeliveryReader:
         consumer, cursor = _short(buf, cursor)
         channel = self.channel_impl
         if consumer not in channel._consumers or consumer in channel._cancelled:
-            raise _NotPlain
+            raise _NotOurs
         tag = _TAG.unpack_from(buf, cursor)[0]
         redelivered = bool(buf[cursor + 8] & 1)
         exchange, cursor = _short(buf, cursor + 9)

@@ -469,7 +469,7 @@ class _Session(Source[T], Generic[T]):
         self._sizes: deque[int] = deque()  # each buffered message's _held_bytes
         self._buffered_bytes = 0
         self._woken = False  # a wake of the connection thread is on its way
-        self._arrived = False  # messages were delivered since the emitter's last signal
+        self._arrived = False  # pika delivered messages since the emitter's last signal
         self._taking: deque[tuple[int, bool]] = deque()  # (tag, skipped) pulled
         self._awaiting: deque[tuple[int, int]] = deque()  # (sequence, tag) signalled
         self._ack_upto = 0  # the highest delivery tag due for acknowledgement
@@ -768,13 +768,17 @@ class _Session(Source[T], Generic[T]):
             connection.add_callback_threadsafe(_nothing)  # ends process_data_events' wait
 
         def on_message(ch: Any, method: Any, properties: Any, body: bytes) -> None:
-            self._received([(body if type(body) is bytes else bytes(body),
-                             method.routing_key, method.exchange, bool(method.redelivered),
-                             method.delivery_tag, properties.message_id,
-                             properties.headers or {}, properties.content_type,
-                             properties.timestamp)], signal=False)
-            self._arrived = True  # signalled once process_data_events returns
-            reader.pika_delivered()
+            # Only the deliveries left to pika (see _amqp_deliveries) come this way.
+            try:
+                self._received([(body if type(body) is bytes else bytes(body),
+                                 method.routing_key, method.exchange,
+                                 bool(method.redelivered), method.delivery_tag,
+                                 properties.message_id, properties.headers or {},
+                                 properties.content_type, properties.timestamp)],
+                               signal=False)
+                self._arrived = True  # signalled once process_data_events returns
+            finally:
+                reader.pika_delivered()
 
         # Deliveries are read from the received bytes rather than through pika's frames
         # and events (see _amqp_deliveries); the rest of the protocol stays pika's.
@@ -809,7 +813,8 @@ class _Session(Source[T], Generic[T]):
                 return
             connection.process_data_events(time_limit=_TICK)
             if self._arrived:
-                # One signal for all the messages one read of the socket delivered.
+                # One signal for all the messages pika dispatched in this turn (those read
+                # from the bytes directly were signalled as they were handed over).
                 self._arrived = False
                 emitter = self._emitter
                 if emitter is not None:
@@ -824,8 +829,9 @@ class _Session(Source[T], Generic[T]):
 
     def _received(self, deliveries: list[Delivery], signal: bool = True) -> None:
         """Keep messages the broker delivered (on the connection thread) and, unless told
-        not to, signal the emitter: the reader hands over what one read of the socket
-        delivered, within pika's wait for network events, which nothing else ends."""
+        not to, signal the emitter: the direct reader hands over each run of deliveries in
+        a read of the socket, within pika's wait for network events, which nothing else
+        ends."""
         now = time.time()
         messages = [RabbitMQMessage(*values, received=now) for values in deliveries]
         sizes = [_held_bytes(message) for message in messages]
