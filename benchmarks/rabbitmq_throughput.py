@@ -1,8 +1,8 @@
 """Rows/s into Spark through the built-in ``rabbitmq`` publisher, beside the baseline: pika
 alone consuming the same kind of queue with the same prefetch and the same acknowledgement
 batching, decoding every body; and, to show where the difference goes, the
-``RabbitMQPublisher`` adapter alone, the same query with ``publisher=range`` and with
-``shards=2``, and the ceilings these set.
+``RabbitMQPublisher`` adapter alone, the same query over the same rows from memory and
+with ``shards=2``, and the ceilings these set.
 
 A RabbitMQ node (``tests/peers/rabbitmq_server.py``, no MQTT) runs on 127.0.0.1. For each
 run a new durable queue gets ``--rows`` persistent JSON messages ``{"id": i}`` with a
@@ -21,8 +21,9 @@ no Spark;
 BIGINT``, ``walLocation`` and ``maxRecordsPerTrigger=--batch`` into a parquet sink with the
 default trigger on ``local[2]``, until its progress events have counted every row; the
 sink is then read back (after the clock), and every id must be there once;
-(d) the same query with ``publisher=range`` (no broker, ``count=--rows``): what Spark, the
-source and its log take on this machine;
+(d) the same query over the same rows from memory (``memory_rows``: the built-in's rows for
+``{"id": i}`` with their ``message_id``, which the source keeps in its log as in (b); no
+broker): what Spark, the source and its log take for these rows on this machine;
 (f) query (b) with ``shards=2``: the queue read by two consumers, in two Spark tasks a
 micro-batch on the executors, so not through the one runner process.
 
@@ -68,7 +69,7 @@ import pyspark
 
 from pyspark_reactive import local_session
 from pyspark_reactive.source.options import DEFAULT_WAL_SYNC_MS
-from reactive_streams import SyncSubscriber
+from reactive_streams import IterablePublisher, SyncSubscriber
 from reactive_streams.adapters.rabbitmq import MAX_PREFETCH, RabbitMQPublisher
 
 PEERS = Path(__file__).resolve().parent.parent / "tests" / "peers"
@@ -229,14 +230,44 @@ def into_spark(spark: Any, node: rabbitmq_server.Node, args: argparse.Namespace,
     return rate
 
 
+class _MemoryRows(IterablePublisher[Any]):
+    """Rows from memory with the built-in's identities: the source keeps them in its log
+    and filters redeliveries as it does for (b)."""
+
+    def identity(self, element: Any) -> str | None:
+        return getattr(element, "message_id", None)
+
+    def redelivered(self, element: Any) -> bool:
+        return False
+
+    def on_durable(self, count: int) -> None:
+        pass
+
+
+def memory_rows(options: Any) -> Any:
+    """The factory of (d): ``count`` rows as the built-in ``rabbitmq`` makes them from
+    ``{"id": i}`` bodies with ``format=json`` (its ``_Row``, carrying the ``message_id``
+    ``m-<i>``), from memory, through a publisher that acknowledges nothing."""
+    from pyspark_reactive.publishers.rabbitmq import _Row
+
+    count = int(options["count"])
+
+    def rows() -> Any:
+        for i in range(count):
+            yield _Row({"id": i}, f"m-{i}")
+
+    return _MemoryRows(rows)
+
+
 def spark_alone(spark: Any, args: argparse.Namespace) -> tuple[float, float]:
-    """(d) Rows/s of the same query with ``publisher=range``: no broker, no decoding."""
+    """(d) Rows/s of the same query over the same rows from memory (``memory_rows``, no
+    broker): what Spark, the source and its log take for these rows on this machine."""
     with tempfile.TemporaryDirectory() as folder:
-        reader = (spark.readStream.format("reactive").option("publisher", "range")
+        reader = (spark.readStream.format("reactive")
+                  .option("publisher", "rabbitmq_throughput:memory_rows")
                   .option("count", args.rows).option("maxRecordsPerTrigger", args.batch)
-                  .option("walLocation", f"{folder}/wal"))
-        df = reader.load().withColumnRenamed("value", "id")
-        return _query(spark, df, args, folder, "(d) publisher=range")
+                  .option("walLocation", f"{folder}/wal").schema("id BIGINT"))
+        return _query(spark, reader.load(), args, folder, "(d) the same rows from memory")
 
 
 def _rabbitmq_version(node: rabbitmq_server.Node) -> str:
@@ -259,6 +290,9 @@ def main() -> None:
     if args.quick:
         args.rows, args.batch, args.repeat = 20_000, 5_000, 1
 
+    # The source runner imports memory_rows from this folder.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")) if p)
     with rabbitmq_server.Node(mqtt=False) as node:
         version = _rabbitmq_version(node)
         warm = argparse.Namespace(**{**vars(args), "rows": min(args.rows, 5_000)})
@@ -287,7 +321,7 @@ def main() -> None:
 
 def _report(args: argparse.Namespace, version: str, best: dict[str, float],
             cpu: dict[str, float]) -> None:
-    plain, alone, spark_rate, range_rate = best["a"], best["c"], best["b"], best["d"]
+    plain, alone, spark_rate, memory_rate = best["a"], best["c"], best["b"], best["d"]
     two = best["f"]
     cores = os.cpu_count() or 1
     print(f"python {platform.python_version()}, pyspark {pyspark.__version__}, pika "
@@ -304,11 +338,11 @@ def _report(args: argparse.Namespace, version: str, best: dict[str, float],
     line("a", f"plain pika, json.loads + one basic_ack(multiple) per {DEFAULT_WAL_SYNC_MS} ms")
     line("c", f"RabbitMQPublisher alone, no Spark = {alone / plain:.2f} of (a)")
     line("b", f"publisher=rabbitmq into Spark = {spark_rate / plain:.2f} of (a) (target >= "
-              f"0.8), {spark_rate / range_rate:.2f} of (d)")
+              f"0.8), {spark_rate / memory_rate:.2f} of (d)")
     line("f", f"the same query with shards=2 (read in two tasks a micro-batch, on the "
               f"executors) = {two / plain:.2f} of (a)")
-    line("d", "publisher=range into Spark, no broker: what Spark, the source and its log "
-              "take here")
+    line("d", "the same rows from memory into Spark, no broker: what Spark, the source and "
+              "its log take for them here")
     # (b) does, for each row, what (c) does (the broker delivering, the adapter reading and
     # decoding) and what (d) does (Spark, the source, its log): the machine's cores cannot
     # do both for more rows a second than they have CPU-seconds for. An estimate: each of
@@ -318,7 +352,7 @@ def _report(args: argparse.Namespace, version: str, best: dict[str, float],
     # And in (b) one Python process, the source's runner, reads the queue through the
     # adapter and does the source's own work under one GIL, in turn: it cannot go faster
     # than (c) and (d) in turn. (f) reads in Spark tasks, so only (e) bounds it.
-    serial = 1 / (1 / alone + 1 / range_rate)
+    serial = 1 / (1 / alone + 1 / memory_rate)
     print(f"(e) (c)'s work and (d)'s on this machine's {cores} CPUs, {cores} / (CPU a row "
           f"of (c) + of (d)), an estimate: {machine:,.0f} rows/s = {machine / plain:.2f} of "
           f"(a); (b) = {spark_rate / machine:.2f} of it, (f) = {two / machine:.2f}")

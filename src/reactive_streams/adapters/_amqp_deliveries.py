@@ -23,6 +23,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..errors import ReactiveStreamsError
+
 _FRAME: Final = struct.Struct(">BHL")  # type, channel, size
 _METHOD_ID: Final = struct.Struct(">I")
 _TAG: Final = struct.Struct(">Q")
@@ -48,7 +50,7 @@ _SKIPPED_BEFORE_ID: Final = (_CORRELATION_ID, _REPLY_TO, _EXPIRATION)
 Delivery = tuple[bytes, Any, Any, bool, int, Any, dict[Any, Any], Any, Any]
 
 
-class _NotPlain(Exception):
+class _NotPlain(ReactiveStreamsError):
     """A delivery this reader leaves to pika."""
 
 
