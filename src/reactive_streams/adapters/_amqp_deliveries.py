@@ -95,9 +95,11 @@ class DeliveryReader:
                 "_on_data_available", "_frame_buffer", "_process_frame", "bytes_received")
         ) or not all(hasattr(self.channel_impl, name) for name in ("_consumers", "_cancelled")):
             return False
-        from pika import frame as pika_frame  # type: ignore[import-untyped]
+        from pika import data as pika_data  # type: ignore[import-untyped]
+        from pika import frame as pika_frame
 
         self._decode_frame = pika_frame.decode_frame
+        self._decode_table = pika_data.decode_table
         impl._on_data_available = self.data_available
         transport = getattr(impl, "_transport", None)
         if transport is not None and hasattr(transport, "_MAX_RECV_BYTES"):
@@ -212,8 +214,7 @@ class DeliveryReader:
                      content_type, timestamp))
         return after
 
-    @staticmethod
-    def _properties(buf: bytes, at: int, flags: int, end: int
+    def _properties(self, buf: bytes, at: int, flags: int, end: int
                     ) -> tuple[Any, dict[Any, Any], Any, Any]:
         """message_id, headers ({} without), content_type and timestamp of a content
         header's properties, which span ``at``..``end``."""
@@ -224,9 +225,7 @@ class DeliveryReader:
         if flags & _CONTENT_ENCODING:
             at += 1 + buf[at]
         if flags & _HEADERS:
-            from pika import data as pika_data
-
-            headers, at = pika_data.decode_table(buf, at)
+            headers, at = self._decode_table(buf, at)
         if flags & _DELIVERY_MODE:
             at += 1
         if flags & _PRIORITY:

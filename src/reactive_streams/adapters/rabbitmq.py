@@ -52,10 +52,10 @@ MAX_PREFETCH: Final = 65535
 #: ``max_buffered_bytes`` so that a flood of empty messages meets the budget too.
 MESSAGE_OVERHEAD_BYTES: Final = 512
 _AMQP_PORT: Final = 5672
+_AMQPS_PORT: Final = 5671
 #: Read deliveries from the received bytes (_amqp_deliveries); False: through pika's
 #: frames (the tests compare the two).
 _READ_DELIVERIES = True
-_AMQPS_PORT: Final = 5671
 
 
 @dataclass(frozen=True, slots=True)
